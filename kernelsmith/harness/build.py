@@ -1,0 +1,259 @@
+"""Build a kernels/ folder into a torch extension with torch.utils.cpp_extension and ninja.
+
+Runs inside a worker process (it imports torch). The binding infrastructure
+(binding.cpp, binding_registry.h) always comes from the installed package, so an
+edited copy in a workdir changes nothing. Rebuilds are incremental: ninja
+recompiles only changed objects, and a build whose inputs hash the same as the
+last successful one is a cache hit that skips ninja altogether.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+INFRA_FILES = ("binding.cpp", "binding_registry.h")
+MAX_ERRORS = 5
+CONTEXT_LINES = 2
+
+
+class BuildError(Exception):
+    """A build that failed; `summary` is the short, readable form of the log."""
+
+    def __init__(self, summary: str, log: str):
+        super().__init__(summary)
+        self.summary = summary
+        self.log = log
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    cached: bool
+    seconds: float
+    so_path: str = ""
+    name: str = ""
+    arch: str = ""
+    flags: list[str] = field(default_factory=list)
+    summary: str = ""
+    log: str = ""
+
+
+def kernel_sources(kernels_dir: Path, device: str) -> list[Path]:
+    """The translation units to build: .cpp always, .cu only for CUDA."""
+    suffixes = {".cpp", ".cc", ".cu"} if device == "cuda" else {".cpp", ".cc"}
+    files = sorted(p for p in kernels_dir.iterdir() if p.is_file() and p.suffix in suffixes)
+    if not files:
+        raise BuildError(f"no kernel sources in {kernels_dir} (expected {', '.join(sorted(suffixes))})", "")
+    return files
+
+
+def cuda_arch_list() -> str:
+    """Target architectures: TORCH_CUDA_ARCH_LIST if set, else the current device."""
+    env = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if env:
+        return env
+    import torch
+
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"{major}.{minor}"
+    return "9.0"
+
+
+def compile_flags(device: str, fast_math: bool) -> dict[str, list[str]]:
+    cflags = ["-O3", "-std=c++17"]
+    ldflags: list[str] = []
+    cuda_flags: list[str] = []
+    if device == "cpu":
+        cflags += ["-fopenmp", "-march=native"]
+        ldflags += ["-fopenmp"]
+    else:
+        cuda_flags = ["-O3", "-std=c++17", "-lineinfo", "--expt-relaxed-constexpr"]
+        if fast_math:
+            cuda_flags.append("--use_fast_math")
+        ldflags += ["-lcublas", "-lcublasLt"]
+    if fast_math and device == "cpu":
+        cflags.append("-ffast-math")
+    return {"cflags": cflags, "cuda_flags": cuda_flags, "ldflags": ldflags}
+
+
+def fingerprint(sources: list[Path], flags: dict, arch: str, name: str) -> str:
+    import torch
+
+    digest = hashlib.sha256()
+    for path in sources + [TEMPLATES / f for f in INFRA_FILES]:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    digest.update(json.dumps([flags, arch, name, torch.__version__, sys.version]).encode())
+    return digest.hexdigest()
+
+
+def extension_name(kernels_dir: Path, device: str) -> str:
+    tag = hashlib.sha1(str(kernels_dir.resolve()).encode()).hexdigest()[:10]
+    return f"ks_{tag}_{device}"
+
+
+def default_build_dir(kernels_dir: Path, device: str) -> Path:
+    """Inside the workdir's .kernelsmith/ when there is one, else the user cache."""
+    env = os.environ.get("KERNELSMITH_BUILD_DIR")
+    if env:
+        return Path(env) / extension_name(kernels_dir, device)
+    workdir_state = kernels_dir.resolve().parent / ".kernelsmith"
+    if workdir_state.is_dir():
+        return workdir_state / "build" / device
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernelsmith" / "build"
+    return cache / extension_name(kernels_dir, device)
+
+
+def build(kernels_dir: str | Path, device: str, fast_math: bool = False,
+          build_dir: str | Path | None = None) -> BuildResult:
+    """Build (or reuse) the extension for kernels_dir; never raises for compile errors."""
+    kernels_dir = Path(kernels_dir).resolve()
+    start = time.perf_counter()
+    try:
+        return _build(kernels_dir, device, fast_math, build_dir, start)
+    except BuildError as err:
+        return BuildResult(ok=False, cached=False, seconds=time.perf_counter() - start,
+                           summary=err.summary, log=err.log)
+
+
+def _build(kernels_dir: Path, device: str, fast_math: bool, build_dir, start: float) -> BuildResult:
+    sources = kernel_sources(kernels_dir, device)
+    flags = compile_flags(device, fast_math)
+    arch = cuda_arch_list() if device == "cuda" else ""
+    name = extension_name(kernels_dir, device)
+    out_dir = Path(build_dir) if build_dir else default_build_dir(kernels_dir, device)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp_path = out_dir / "kernelsmith-stamp.json"
+    key = fingerprint(sources, flags, arch, name)
+    stamp = _read_stamp(stamp_path)
+    if stamp.get("key") == key and Path(stamp.get("so_path", "")).is_file():
+        return BuildResult(ok=True, cached=True, seconds=time.perf_counter() - start,
+                           so_path=stamp["so_path"], name=name, arch=arch, flags=_flat(flags))
+    so_path = _run_cpp_extension(name, sources, flags, arch, device, out_dir)
+    stamp_path.write_text(json.dumps({"key": key, "so_path": so_path}))
+    return BuildResult(ok=True, cached=False, seconds=time.perf_counter() - start,
+                       so_path=so_path, name=name, arch=arch, flags=_flat(flags))
+
+
+def _flat(flags: dict) -> list[str]:
+    return [f for group in flags.values() for f in group]
+
+
+def _read_stamp(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path) -> str:
+    """Write the ninja file and build; return the path of the shared object."""
+    from torch.utils import cpp_extension
+
+    if device == "cuda":
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    infra = [TEMPLATES / "binding.cpp"]
+    try:
+        cpp_extension.load(
+            name=name,
+            sources=[str(p) for p in infra + sources],
+            extra_cflags=flags["cflags"],
+            extra_cuda_cflags=flags["cuda_flags"],
+            extra_ldflags=flags["ldflags"],
+            extra_include_paths=[str(TEMPLATES), str(sources[0].parent)],
+            build_directory=str(out_dir),
+            with_cuda=(device == "cuda"),
+            is_python_module=True,
+            verbose=False,
+        )
+    except (RuntimeError, subprocess.CalledProcessError, OSError) as err:
+        log = str(err)
+        raise BuildError(summarize_errors(log), log) from None
+    so_path = out_dir / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    if not so_path.exists():
+        so_path = out_dir / f"{name}.so"
+    return str(so_path)
+
+
+def import_extension(so_path: str, name: str):
+    """Import a built extension from its shared object (torch must be imported first)."""
+    import torch  # noqa: F401  (the extension links against libtorch)
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, so_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+# --- error summaries ---------------------------------------------------------
+
+# gcc/clang: path:line:col: error: msg     nvcc: path(line): error: msg
+_ERROR_RE = re.compile(
+    r"^(?P<file>[^\s:()]+\.(?:cu|cuh|cpp|cc|c|h|hpp))(?::(?P<line>\d+)(?::\d+)?|\((?P<line2>\d+)\))"
+    r":\s*(?:fatal\s+)?error[^:]*:\s*(?P<msg>.*)$"
+)
+_LINK_RE = re.compile(r"(undefined (?:reference|symbol)[^\n]*|ld: [^\n]*error[^\n]*|ImportError: [^\n]*)")
+
+
+def summarize_errors(log: str, max_errors: int = MAX_ERRORS) -> str:
+    """The first compiler errors with file:line and a little source context."""
+    lines, seen = [], set()
+    for raw in log.splitlines():
+        match = _ERROR_RE.match(raw.strip())
+        if not match:
+            continue
+        file, line = match["file"], int(match["line"] or match["line2"])
+        if (file, line) in seen:
+            continue
+        seen.add((file, line))
+        lines.append(f"{Path(file).name}:{line}: error: {match['msg'].strip()}")
+        lines.extend(_source_context(Path(file), line))
+        if len(seen) >= max_errors:
+            break
+    if not lines:
+        link = _LINK_RE.findall(log)
+        if link:
+            return "link error: " + "; ".join(dict.fromkeys(l.strip() for l in link[:3]))
+        tail = [l for l in log.strip().splitlines() if l.strip()][-8:]
+        return "build failed:\n" + "\n".join(tail)
+    total = sum(1 for raw in log.splitlines() if _ERROR_RE.match(raw.strip()))
+    if total > len(seen):
+        lines.append(f"... and {total - len(seen)} more error lines")
+    return "\n".join(lines)
+
+
+def _source_context(path: Path, line: int) -> list[str]:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    lo, hi = max(1, line - CONTEXT_LINES), min(len(text), line + CONTEXT_LINES)
+    return [f"  {'>' if n == line else ' '} {n:4d} | {text[n - 1]}" for n in range(lo, hi + 1)]
+
+
+def nvcc_compile_only(cu_file: str | Path, arch: str = "sm_90", out_dir: str | Path | None = None) -> tuple[bool, str]:
+    """Compile one .cu to an object with nvcc alone (no torch): the CI check for kernels."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return False, "nvcc not found on PATH"
+    out = Path(out_dir or Path(cu_file).parent) / (Path(cu_file).stem + ".o")
+    cmd = [nvcc, "-c", str(cu_file), "-o", str(out), f"-arch={arch}", "-O3", "-std=c++17"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    return proc.returncode == 0, (summarize_errors(log) if proc.returncode else log)
