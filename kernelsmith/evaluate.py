@@ -1,0 +1,229 @@
+"""Parent-side orchestration of one evaluation: build, verify, profile, reward.
+
+Imports neither torch nor candidate code: every step runs in a fresh worker
+(harness/runner.py). Verify runs the candidate and the reference in two
+separate workers; the profile's compile baselines come from a worker that
+never loads the candidate, cached per task, GPU, torch version and precision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelsmith.harness import runner
+from kernelsmith.harness.result import EvalResult
+from kernelsmith.reward import DEFAULT, RewardThresholds, reward_for
+
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+EAGER_DRIFT = 0.10  # cached baselines are re-measured when live eager moved more than this
+
+
+@dataclass
+class EvalOptions:
+    device: str = "cpu"
+    precision: str = "fp32"
+    trials: int = 5
+    profile: bool = True
+    compile_baseline: bool | None = None  # None: on for CUDA, off for the CPU
+    min_runs: int = 100
+    min_seconds: float = 1.0
+    timeout_s: float = 300.0
+    build_timeout_s: float = 1800.0
+    fast_math: bool = False
+    seed: int | None = None
+    cache_path: Path | None = None
+    thresholds: RewardThresholds = field(default_factory=lambda: DEFAULT)
+
+    def wants_compile(self) -> bool:
+        return self.device == "cuda" if self.compile_baseline is None else self.compile_baseline
+
+
+def _seed(opts: EvalOptions) -> int:
+    return opts.seed if opts.seed is not None else int.from_bytes(os.urandom(6), "little")
+
+
+def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
+    """Score a KernelBench-format candidate (defines ModelNew) against a reference."""
+    result = EvalResult(device=opts.device, precision=opts.precision)
+    reference, candidate = Path(reference).resolve(), Path(candidate).resolve()
+    kernels = candidate.parent / "kernels"
+    if kernels.is_dir() and not build_step(kernels, opts, result):
+        return finish(result, opts)
+    if not verify_step(reference, candidate, opts, result):
+        return finish(result, opts)
+    if opts.profile:
+        profile_step(reference, candidate, opts, result)
+    return finish(result, opts)
+
+
+def finish(result: EvalResult, opts: EvalOptions) -> EvalResult:
+    result.reward = reward_for(result, opts.thresholds)
+    if result.correct and not result.violations and result.stage != "profile-failed":
+        result.stage = "done"
+    return result
+
+
+def build_step(kernels: Path, opts: EvalOptions, result: EvalResult) -> bool:
+    start = time.perf_counter()
+    job = {"kind": "build", "kernels_dir": str(kernels), "device": opts.device, "fast_math": opts.fast_math}
+    try:
+        built = runner.run_job(job, opts.build_timeout_s)
+    except runner.JobFailed as err:
+        built = {"ok": False, "summary": err.reason, "log": err.log, "cached": False}
+    result.seconds["build"] = runner.elapsed(start)
+    result.build = {k: built.get(k) for k in ("ok", "cached", "seconds", "summary", "arch", "flags")}
+    if not built["ok"]:
+        result.build["log_tail"] = "\n".join(str(built.get("log", "")).splitlines()[-60:])
+        result.reject("build failed:\n" + built["summary"], stage="build")
+    return built["ok"]
+
+
+def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> bool:
+    from kernelsmith.harness.seeds import trial_seeds
+
+    start = time.perf_counter()
+    base = {"reference": str(reference), "candidate": str(candidate), "device": opts.device,
+            "precision": opts.precision, "seeds": trial_seeds(opts.trials, opts.seed), "cwd": str(candidate.parent)}
+
+    def both(run):
+        facts = run({**base, "kind": "candidate"})
+        return facts, run({**base, "kind": "judge", "facts": facts})
+
+    try:
+        facts, judged = runner.run_jobs_sharing_dir(both, opts.timeout_s)
+    except runner.JobFailed as err:
+        result.seconds["verify"] = runner.elapsed(start)
+        result.reject(f"candidate failed: {err.reason}", stage="verify")
+        result.notes.append(err.log[-2000:])
+        return False
+    result.seconds["verify"] = runner.elapsed(start)
+    return _apply_verdicts(facts, judged, opts, result)
+
+
+def _apply_verdicts(facts: dict, judged: dict, opts: EvalOptions, result: EvalResult) -> bool:
+    result.trials = [{k: v for k, v in t.items() if k != "violations"} for t in judged["trials"]]
+    violations = list(facts.get("violations", []))
+    for trial in judged["trials"]:
+        violations += [v for v in trial.get("violations", []) if v not in violations]
+    result.violations = violations
+    failed = [t for t in judged["trials"] if not t["ok"]]
+    if len(judged["trials"]) < opts.trials and not failed:
+        failed = [{"reason": f"only {len(judged['trials'])} of {opts.trials} trials ran"}]
+    if failed:
+        result.reject(f"wrong output in trial {judged['trials'].index(failed[0]) + 1 if failed[0] in judged['trials'] else '?'}"
+                      f" of {opts.trials}: {failed[0]['reason']}", stage="verify")
+        return False
+    result.correct = True
+    if violations:
+        result.stage = "verify"
+        result.error = "rejected: " + violations[0]
+        return False
+    return True
+
+
+def profile_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> None:
+    start = time.perf_counter()
+    job = {"kind": "profile", "reference": str(reference), "candidate": str(candidate), "device": opts.device,
+           "precision": opts.precision, "seed": _seed(opts), "min_runs": opts.min_runs,
+           "min_seconds": opts.min_seconds, "cwd": str(candidate.parent)}
+    try:
+        prof = runner.run_job(job, opts.timeout_s * 2)
+    except runner.JobFailed as err:
+        result.seconds["profile"] = runner.elapsed(start)
+        result.reject(f"profile failed: {err.reason}", stage="profile")
+        return
+    result.seconds["profile"] = runner.elapsed(start)
+    apply_profile(prof, result)
+    if not result.violations and opts.wants_compile():
+        compile_start = time.perf_counter()
+        apply_compile_baselines(reference, opts, prof, result)
+        result.seconds["baselines"] = runner.elapsed(compile_start)
+
+
+def apply_profile(prof: dict, result: EvalResult) -> None:
+    result.gpu, result.torch_version = prof.get("gpu", ""), prof.get("torch", "")
+    cand, eager = prof["timings"]["candidate"], prof["timings"]["eager"]
+    result.timings_ms = {"candidate": cand["median"], "eager": eager["median"]}
+    result.spread_ms = {name: [t["p10"], t["p90"]] for name, t in prof["timings"].items()}
+    result.speedup_vs_eager = eager["median"] / cand["median"] if cand["median"] > 0 else None
+    result.roofline = prof.get("roofline", {})
+    result.seconds["profile_runs"] = cand["n"]
+    for violation in prof.get("violations", []):
+        if violation not in result.violations:
+            result.violations.append(violation)
+    if result.violations:
+        result.error = "rejected while profiling: " + result.violations[0]
+    from kernelsmith.harness.ceilings import percentages
+
+    if result.roofline.get("ceilings"):
+        result.roofline.update(percentages(result.roofline, cand["median"], result.precision))
+
+
+def task_key(reference: Path, opts: EvalOptions) -> str:
+    digest = hashlib.sha256(Path(reference).read_bytes())
+    digest.update(json.dumps([opts.device, opts.precision, COMPILE_MODES]).encode())
+    return digest.hexdigest()[:24]
+
+
+def default_cache_path(reference: Path) -> Path:
+    state = Path(reference).resolve().parent / ".kernelsmith"
+    if state.is_dir():
+        return state / "baselines.json"
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "kernelsmith" / "baselines.json"
+
+
+def apply_compile_baselines(reference: Path, opts: EvalOptions, prof: dict, result: EvalResult) -> None:
+    cache_path = opts.cache_path or default_cache_path(reference)
+    key = f"{task_key(reference, opts)}|{prof.get('gpu')}|{prof.get('torch')}"
+    cache = _read_json(cache_path)
+    entry = cache.get(key)
+    live_eager = prof["timings"]["eager"]["median"]
+    if entry is None or abs(entry["eager_ms"] - live_eager) > EAGER_DRIFT * live_eager:
+        entry = measure_baselines(reference, opts)
+        if entry is None:
+            result.notes.append("torch.compile baseline failed; speedup_vs_compile is unknown")
+            return
+        cache[key] = entry
+        _write_json(cache_path, cache)
+    else:
+        result.notes.append("compile baselines from cache (eager within 10% of the cached eager)")
+    best_mode = min(entry["compile_ms"], key=entry["compile_ms"].get)
+    result.timings_ms.update({f"compile:{m}": t for m, t in entry["compile_ms"].items()})
+    result.timings_ms["compile"] = entry["compile_ms"][best_mode]
+    result.compile_mode = best_mode
+    result.speedup_vs_compile = entry["compile_ms"][best_mode] / result.timings_ms["candidate"]
+
+
+def measure_baselines(reference: Path, opts: EvalOptions) -> dict | None:
+    job = {"kind": "baselines", "reference": str(reference), "device": opts.device, "precision": opts.precision,
+           "seed": _seed(opts), "compile_modes": list(COMPILE_MODES), "min_runs": opts.min_runs,
+           "min_seconds": opts.min_seconds, "cwd": str(Path(reference).parent)}
+    try:
+        value = runner.run_job(job, max(opts.timeout_s, 1800.0))
+    except runner.JobFailed:
+        return None
+    timings = value["timings"]
+    return {"eager_ms": timings["eager"]["median"],
+            "compile_ms": {name.split(":", 1)[1]: t["median"] for name, t in timings.items() if name.startswith("compile:")},
+            "warmup_s": value["warmup_s"], "measured_at": time.time()}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.replace(path)

@@ -1,0 +1,25 @@
+"""Measured ceilings of known GPUs and the roofline percentages (torch-free)."""
+
+from __future__ import annotations
+
+# name substring -> ceilings. bytes/s counts bytes read plus written.
+CEILINGS = {
+    "H200": {"bytes_per_s": 4.3e12, "fp32_flops": 67e12, "tf32_flops": 378e12,
+             "bf16_flops": 790e12, "fp16_flops": 790e12, "source": "measured on an H200 (KINDS.md, bench/ceilings.py)"},
+    "H100": {"bytes_per_s": 3.35e12, "fp32_flops": 67e12, "tf32_flops": 378e12,
+             "bf16_flops": 756e12, "fp16_flops": 756e12, "source": "datasheet (SXM), not measured here"},
+}
+
+
+def percentages(roof: dict, time_ms: float, precision: str) -> dict:
+    """Achieved fraction of the bandwidth and arithmetic ceilings at time_ms."""
+    ceil = roof.get("ceilings")
+    if not ceil or not time_ms or "flops" not in roof:
+        return {}
+    seconds = time_ms / 1e3
+    bw = roof["min_bytes"] / seconds / ceil["bytes_per_s"] * 100
+    peak = ceil.get(f"{precision}_flops", ceil["fp32_flops"])
+    fl = roof["flops"] / seconds / peak * 100
+    floor_ms = max(roof["min_bytes"] / ceil["bytes_per_s"], roof["flops"] / peak) * 1e3
+    return {"pct_of_bandwidth": round(bw, 2), "pct_of_flops": round(fl, 2), "floor_ms": floor_ms,
+            "bound": "memory" if roof["min_bytes"] / ceil["bytes_per_s"] >= roof["flops"] / peak else "compute"}

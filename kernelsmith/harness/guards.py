@@ -1,0 +1,284 @@
+"""Run-time defences against faked results. Runs inside the worker process.
+
+Each guard answers one known hack (../shared/HARNESS-NOTES.md):
+- OpRecorder: torch compute in ModelNew.forward or its C++ binding (the dispatcher
+  sees Python and C++ at:: calls alike); only allocation and view ops pass.
+- IdentitySnapshot: monkey-patched torch, checker or clocks.
+- backend_flags: precision lowered through global flags (TF32 and friends).
+- output_problems / aliases_any / mutated_inputs: lazy subclasses, returning or
+  writing into the inputs.
+- deferred_work: work left running on side streams or threads after forward.
+- state_fingerprint: caches kept on the module across calls.
+- poison: uninitialised memory that happens to hold a right answer.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# Ops that allocate memory or only change metadata/views. Everything else that
+# reaches the dispatcher during ModelNew.forward is torch compute.
+ALLOWED_OPS = frozenset({
+    # allocation and plain initialisation
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+    "zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones",
+    "full", "full_like", "new_full", "zero_", "fill_", "scalar_tensor", "lift_fresh",
+    # views and metadata
+    "view", "_unsafe_view", "_reshape_alias", "as_strided", "alias", "detach", "expand",
+    "permute", "transpose", "t", "squeeze", "unsqueeze", "slice", "select", "narrow",
+    "split", "split_with_sizes", "chunk", "unbind", "unfold", "diagonal", "view_as_real",
+    "view_as_complex", "movedim", "unflatten", "resize_", "_local_scalar_dense",
+    "is_same_size", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "dim",
+    "is_contiguous", "record_stream", "set_",
+})
+
+
+def op_base_name(func) -> str:
+    """aten.add.Tensor -> 'add'."""
+    name = getattr(func, "__name__", str(func))  # 'add.Tensor'
+    return name.split(".")[0]
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records every dispatcher op outside ALLOWED_OPS while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.forbidden: dict[str, int] = {}
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        base = op_base_name(func)
+        if base not in ALLOWED_OPS:
+            key = str(func.overloadpacket) if hasattr(func, "overloadpacket") else base
+            self.forbidden[key] = self.forbidden.get(key, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+    def violation(self) -> str | None:
+        if not self.forbidden:
+            return None
+        ops = ", ".join(f"{name} x{n}" for name, n in sorted(self.forbidden.items())[:12])
+        return f"torch compute in ModelNew.forward or its binding (only allocation and view ops are allowed): {ops}"
+
+
+def recorder_still_active(recorder: OpRecorder) -> bool:
+    """True when the recorder is still on the dispatch mode stack (not popped by the candidate)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return any(mode is recorder for mode in _get_current_dispatch_mode_stack())
+
+
+# --- identities --------------------------------------------------------------
+
+def _watched_namespaces() -> dict[str, object]:
+    import torch.nn.functional as F
+    import torch.testing
+
+    spaces = {
+        "torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
+        "torch.nn.Module": torch.nn.Module, "torch.testing": torch.testing,
+        "torch.cuda": torch.cuda, "time": time, "torch.backends.cuda": torch.backends.cuda,
+        "torch.backends.cudnn": torch.backends.cudnn, "threading": threading,
+    }
+    if hasattr(torch.cuda, "Event"):
+        spaces["torch.cuda.Event"] = torch.cuda.Event
+    for name, module in list(sys.modules.items()):
+        if name.startswith("kernelsmith.harness.") and isinstance(module, types.ModuleType):
+            spaces[name] = module
+    return spaces
+
+
+def _members(space) -> dict[str, object]:
+    try:
+        return dict(vars(space))
+    except TypeError:
+        return {}
+
+
+def _settle_lazy_imports() -> None:
+    """Import the torch parts that rebind torch attributes on first import (dynamo wraps
+    torch.manual_seed), so that their own rebinding is not mistaken for the candidate's."""
+    import torch._dynamo  # noqa: F401
+    import torch.utils.flop_counter  # noqa: F401
+
+
+class IdentitySnapshot:
+    """Identities of the functions the harness relies on, taken before candidate import."""
+
+    def __init__(self):
+        _settle_lazy_imports()
+        self.spaces = {name: _members(space) for name, space in _watched_namespaces().items()}
+
+    def changed(self) -> list[str]:
+        current = _watched_namespaces()
+        problems = []
+        for name, before in self.spaces.items():
+            after = _members(current.get(name))
+            for attr, obj in before.items():
+                if attr.startswith("__") or not callable(obj) and not isinstance(obj, type):
+                    continue
+                if attr in after and after[attr] is not obj:
+                    problems.append(f"{name}.{attr}")
+                elif attr not in after:
+                    problems.append(f"{name}.{attr} (deleted)")
+        return problems
+
+
+def backend_flags() -> dict[str, object]:
+    """Global switches that change numerics; the candidate must leave them alone."""
+    flags = {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "default_dtype": str(torch.get_default_dtype()),
+        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn.enabled": torch.backends.cudnn.enabled,
+        "cuda.matmul.allow_fp16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "cuda.matmul.allow_bf16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    }
+    return flags
+
+
+def flag_changes(before: dict, after: dict) -> list[str]:
+    return [f"{k}: {before[k]!r} -> {after.get(k)!r}" for k in before if after.get(k) != before[k]]
+
+
+def set_precision_flags(precision: str) -> None:
+    """fp32 means real fp32: TF32 off for matmul and cuDNN (cuDNN defaults to TF32)."""
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+
+
+# --- outputs and inputs --------------------------------------------------------
+
+def flatten_outputs(out) -> list:
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    return [out]
+
+
+def output_problems(outputs: list, device: str) -> list[str]:
+    """Each output must be a plain, real torch.Tensor on the target device."""
+    problems = []
+    for i, out in enumerate(outputs):
+        if type(out) is not torch.Tensor:
+            problems.append(f"output {i} is {type(out).__module__}.{type(out).__qualname__}, not a plain torch.Tensor")
+            continue
+        if out.is_meta or out.device.type != device:
+            problems.append(f"output {i} is on {out.device}, expected {device}")
+            continue
+        try:
+            out.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            problems.append(f"output {i} has no real storage")
+    return problems
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    start = storage.data_ptr()
+    return start, start + storage.nbytes()
+
+
+def aliases_any(outputs: list, inputs: list) -> bool:
+    """True when an output shares memory with an input."""
+    spans = [_storage_span(t) for t in inputs if isinstance(t, torch.Tensor) and t.numel()]
+    for out in outputs:
+        if not isinstance(out, torch.Tensor) or out.numel() == 0:
+            continue
+        lo, hi = _storage_span(out)
+        if any(lo < b and a < hi for a, b in spans):
+            return True
+    return False
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN-safe) of two tensors of the same shape and dtype."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    a, b = a.contiguous(), b.contiguous()
+    return bool(torch.equal(a.view(torch.uint8) if a.dtype != torch.bool else a,
+                            b.view(torch.uint8) if b.dtype != torch.bool else b))
+
+
+def mutated_inputs(inputs: list, pristine: list) -> list[int]:
+    return [i for i, (x, p) in enumerate(zip(inputs, pristine))
+            if isinstance(x, torch.Tensor) and not same_bits(x, p)]
+
+
+def python_threads() -> set[int]:
+    return set(sys._current_frames())
+
+
+def deferred_work(outputs: list, sync, pause_s: float = 0.05) -> bool:
+    """True when an output changes after forward returned and the device synced."""
+    sync()
+    first = [o.detach().clone() for o in outputs]
+    time.sleep(pause_s)
+    sync()
+    return any(not same_bits(o, f) for o, f in zip(outputs, first))
+
+
+# --- module state ----------------------------------------------------------------
+
+def _fingerprint(value, depth: int = 0):
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), str(value.dtype), value.data_ptr() if value.numel() else 0)
+    if depth > 3:
+        return ("deep", type(value).__name__)
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((str(k), _fingerprint(v, depth + 1)) for k, v in value.items())))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(map(repr, value)) if isinstance(value, (set, frozenset)) else value
+        return (type(value).__name__, tuple(_fingerprint(v, depth + 1) for v in items))
+    if isinstance(value, (int, float, str, bool, bytes, type(None))):
+        return value
+    return ("object", type(value).__qualname__, id(value))
+
+
+def state_fingerprint(model: torch.nn.Module):
+    """Plain attributes of every submodule (not parameters/buffers, which are checked by value)."""
+    skip = {"_parameters", "_buffers", "_modules", "training", "_forward_hooks", "_forward_pre_hooks",
+            "_backward_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks"}
+    state = {}
+    for name, module in model.named_modules():
+        attrs = {k: v for k, v in vars(module).items() if k not in skip}
+        state[name] = _fingerprint(attrs)
+    return state
+
+
+def parameter_values(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def changed_parameters(model: torch.nn.Module, before: dict[str, torch.Tensor]) -> list[str]:
+    now = dict(model.named_parameters())
+    return [k for k, v in before.items() if k not in now or not same_bits(now[k].detach(), v)]
+
+
+# --- memory poisoning ------------------------------------------------------------
+
+def poison(nbytes: int, device: str) -> None:
+    """Fill a freed block with NaN so that unwritten output elements read NaN.
+
+    The CUDA caching allocator hands the block to the next allocation of a
+    similar size, which is the candidate's output.
+    """
+    if nbytes <= 0:
+        return
+    n = (nbytes + 3) // 4
+    block = torch.empty(n, dtype=torch.float32, device=device)
+    block.fill_(float("nan"))
+    del block

@@ -1,0 +1,85 @@
+"""Loading task and candidate modules, and seeded weights and inputs (worker side).
+
+Weights and inputs are a pure function of a seed, so the candidate worker and
+the reference worker build identical ones without sharing memory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+DTYPES = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def load_module(path: str | Path, name: str):
+    """Import a Python file as a module, with its folder on sys.path (for `from model import Model`)."""
+    path = Path(path).resolve()
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def require(module, *names: str) -> None:
+    missing = [n for n in names if not hasattr(module, n)]
+    if missing:
+        raise AttributeError(f"{Path(module.__file__).name} does not define {', '.join(missing)}")
+
+
+def cast_floating(t, precision: str):
+    dtype = DTYPES.get(precision)
+    if dtype is not None and isinstance(t, torch.Tensor) and t.is_floating_point():
+        return t.to(dtype)
+    return t
+
+
+def seeded_inputs(task, seed: int, device: str, precision: str) -> list:
+    """get_inputs() under a seed, moved to the device and cast to the precision."""
+    torch.manual_seed(seed)
+    raw = task.get_inputs()
+    return [cast_floating(x.to(device), precision) if isinstance(x, torch.Tensor) else x for x in raw]
+
+
+def init_inputs(task) -> list:
+    torch.manual_seed(0)
+    return list(task.get_init_inputs())
+
+
+def seeded_reference(task, seed: int, device: str, precision: str) -> torch.nn.Module:
+    """A fresh reference Model whose weights come from the seed."""
+    args = init_inputs(task)
+    torch.manual_seed(seed)
+    model = task.Model(*args).to(device)
+    dtype = DTYPES.get(precision)
+    return model.to(dtype) if dtype is not None else model
+
+
+def load_weights(candidate: torch.nn.Module, reference: torch.nn.Module) -> None:
+    """Copy the reference's state into the candidate; names and shapes must match."""
+    state = {k: v.detach().clone() for k, v in reference.state_dict().items()}
+    result = candidate.load_state_dict(state, strict=False)
+    problems = []
+    if result.missing_keys:
+        problems.append(f"missing in ModelNew: {', '.join(result.missing_keys[:8])}")
+    if result.unexpected_keys:
+        problems.append(f"not in Model: {', '.join(result.unexpected_keys[:8])}")
+    if problems:
+        raise ValueError("ModelNew's parameters do not match Model's (" + "; ".join(problems) + ")")
+
+
+def nbytes(values) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def clone_all(values: list) -> list:
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]

@@ -1,0 +1,177 @@
+"""Parent side of the worker protocol (imports no torch and no candidate code).
+
+Each job runs in a fresh `python -m kernelsmith.harness.worker` process in its
+own process group. A crash, a signal (segfault, abort), a timeout or a missing
+answer becomes a JobFailed with a readable reason; the caller never hangs. The
+parent is a child subreaper, so a daemon that escapes the process group with
+setsid is reparented to us and killed with the rest.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class JobFailed(Exception):
+    """A worker that gave no answer: the reason is readable, the log tail is kept."""
+
+    def __init__(self, reason: str, log: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+        self.log = log
+
+
+def _become_subreaper() -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_strays(known: set[int]) -> int:
+    """Kill and reap processes reparented to us since `known` was taken (escaped daemons)."""
+    if not Path("/proc").is_dir():
+        return 0
+    killed = 0
+    for _ in range(2):  # a second look catches a daemon whose parent was dying during the first
+        for pid in set(_children_of(os.getpid())) - known:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                killed += 1
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        time.sleep(0.05)
+    return killed
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal_reason(code: int) -> str:
+    sig = -code
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    plain = {"SIGSEGV": "segmentation fault", "SIGABRT": "abort", "SIGBUS": "bus error",
+             "SIGFPE": "floating-point exception", "SIGKILL": "killed", "SIGILL": "illegal instruction"}
+    return f"crashed: {plain.get(name, name)} ({name})"
+
+
+def run_job(job: dict, timeout: float, env: dict | None = None) -> dict:
+    """Run one job in a fresh worker; return its value or raise JobFailed."""
+    _become_subreaper()
+    with tempfile.TemporaryDirectory(prefix="ks-job-") as tmp:
+        os.chmod(tmp, 0o700)
+        job = {**job, "result_path": str(Path(tmp) / "answer.json")}
+        job.setdefault("out_dir", str(Path(tmp) / "out"))
+        Path(job["out_dir"]).mkdir(parents=True, exist_ok=True)
+        log_path = Path(tmp) / "worker.log"
+        code = _spawn_and_wait(job, timeout, env, log_path)
+        return _read_answer(job, code, log_path.read_text(errors="replace"), timeout)
+
+
+def run_jobs_sharing_dir(jobs_fn, timeout: float, env: dict | None = None):
+    """Run dependent jobs that share one private out_dir (e.g. candidate then judge)."""
+    _become_subreaper()
+    with tempfile.TemporaryDirectory(prefix="ks-jobs-") as tmp:
+        os.chmod(tmp, 0o700)
+        out_dir = Path(tmp) / "shared"
+        out_dir.mkdir()
+        return jobs_fn(lambda job: run_job({**job, "out_dir": str(out_dir)}, timeout, env))
+
+
+def _worker_env(job: dict, env: dict | None) -> dict:
+    merged = {**os.environ, **(env or {})}
+    merged["KERNELSMITH_DEVICE"] = job.get("device", "cpu")
+    merged["PYTHONUNBUFFERED"] = "1"
+    merged.pop("PYTHONSTARTUP", None)
+    return merged
+
+
+def _spawn_and_wait(job: dict, timeout: float, env: dict | None, log_path: Path) -> int | None:
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelsmith.harness.worker"],
+            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+            env=_worker_env(job, env), start_new_session=True, cwd=job.get("cwd"),
+        )
+        known = set(_children_of(os.getpid())) - {proc.pid}
+        try:
+            proc.stdin.write(json.dumps(job).encode())
+            proc.stdin.close()
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            proc.wait()
+            raise
+        finally:
+            _kill_group(proc)
+            proc.wait()
+            kill_strays(known)
+    return code
+
+
+def _read_answer(job: dict, code: int | None, log: str, timeout: float) -> dict:
+    tail = "\n".join(log.strip().splitlines()[-20:])
+    if code is None:
+        raise JobFailed(f"timed out after {timeout:.0f} s (hang or infinite loop); the worker was killed", tail)
+    if code < 0:
+        raise JobFailed(_signal_reason(code), tail)
+    path = Path(job["result_path"])
+    if not path.exists():
+        raise JobFailed(f"worker exited with code {code} without an answer (sys.exit or os._exit in candidate code?)",
+                        tail)
+    try:
+        answer = json.loads(path.read_text())
+    except ValueError:
+        raise JobFailed("worker answer was not valid JSON", tail) from None
+    if not answer.get("ok"):
+        raise JobFailed(_readable_error(answer.get("error", "unknown error")), answer.get("traceback", "") + tail)
+    return answer["value"]
+
+
+def _readable_error(error: str) -> str:
+    lowered = error.lower()
+    if "illegal memory access" in lowered:
+        return "CUDA illegal memory access (out-of-bounds read or write in a kernel): " + error
+    if "out of memory" in lowered:
+        return "out of memory: " + error
+    return error
+
+
+def elapsed(start: float) -> float:
+    return round(time.perf_counter() - start, 3)

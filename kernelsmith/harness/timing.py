@@ -1,0 +1,142 @@
+"""Timing primitives: device clocks captured before candidate import, L2 flush, persisting-L2 reset, GPU lock.
+
+Method (KernelBench's timing.py, hardened): CUDA events around each call with a
+full device synchronisation inside the timed interval (so side-stream work is
+counted), an L2 flush larger than twice the L2 before every run, the persisting
+L2 carve-out reset before every run, fresh input contents every run, and a host
+clock around the same interval to cross-check the events.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import glob
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+CPU_FLUSH_BYTES = 128 << 20
+
+
+class Clocks:
+    """Private references to every clock the harness reads, taken before the candidate is imported."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.perf_counter = time.perf_counter
+        self.monotonic = time.monotonic
+        self.sleep = time.sleep
+        if device == "cuda":
+            self.event_cls = torch.cuda.Event
+            self.elapsed = torch.cuda.Event.elapsed_time
+            self.record = torch.cuda.Event.record
+            self.synchronize = torch.cuda.synchronize
+        else:
+            self.synchronize = lambda: None
+
+    def time_call(self, fn, args) -> tuple[float, float, object]:
+        """(device ms, host ms, output) of one call, with a full sync inside the interval."""
+        if self.device != "cuda":
+            t0 = self.perf_counter()
+            out = fn(*args)
+            host = (self.perf_counter() - t0) * 1e3
+            return host, host, out
+        start, end = self.event_cls(enable_timing=True), self.event_cls(enable_timing=True)
+        self.synchronize()
+        t0 = self.perf_counter()
+        self.record(start)
+        out = fn(*args)
+        self.record(end)
+        self.synchronize()
+        host = (self.perf_counter() - t0) * 1e3
+        return self.elapsed(start, end), host, out
+
+
+class L2Flusher:
+    """Writes a buffer larger than twice the last-level cache before each run."""
+
+    def __init__(self, device: str):
+        self.device = device
+        if device == "cuda":
+            l2 = torch.cuda.get_device_properties(0).L2_cache_size or (50 << 20)
+            nbytes = max(4 * l2, 256 << 20)
+        else:
+            nbytes = CPU_FLUSH_BYTES
+        self.nbytes = nbytes
+        self.buffer = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
+        self.cudart = _load_cudart() if device == "cuda" else None
+
+    def flush(self) -> None:
+        if self.cudart is not None:
+            reset_persisting_l2(self.cudart)
+        self.buffer.fill_(1.0)
+
+
+def _load_cudart():
+    """libcudart of the running torch, for the persisting-L2 calls torch does not expose."""
+    candidates = []
+    torch_lib = Path(torch.__file__).parent / "lib"
+    candidates += glob.glob(str(torch_lib / "libcudart*.so*"))
+    for site in {str(Path(torch.__file__).parent.parent)}:
+        candidates += glob.glob(f"{site}/nvidia/cu*/lib/libcudart.so*")
+        candidates += glob.glob(f"{site}/nvidia/cuda_runtime/lib/libcudart.so*")
+    candidates += ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
+    for name in candidates:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
+
+
+def reset_persisting_l2(cudart) -> None:
+    """Set the persisting-L2 limit to 0 and evict persisting lines (defeats access-policy windows)."""
+    cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE, ctypes.c_size_t(0))
+    cudart.cudaCtxResetPersistingL2Cache()
+
+
+@contextmanager
+def gpu_lock(device: str, timeout_s: float = 3600.0):
+    """One profile at a time per GPU (or per host for the CPU device), across processes."""
+    ident = "cpu"
+    if device == "cuda":
+        ident = f"gpu-{_gpu_uuid()}"
+    lock_dir = Path(os.environ.get("KERNELSMITH_LOCK_DIR", "/tmp/kernelsmith-locks"))
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{ident}.lock", "w") as handle:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"another profile held {ident} for {timeout_s:.0f} s")
+                time.sleep(0.2)
+        try:
+            yield ident
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _gpu_uuid() -> str:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    uuid = getattr(props, "uuid", None)
+    return str(uuid) if uuid else f"{os.environ.get('CUDA_VISIBLE_DEVICES', '0')}-{torch.cuda.current_device()}"
+
+
+def summarize(samples: list[float]) -> dict:
+    ordered = sorted(samples)
+    n = len(ordered)
+
+    def pct(p: float) -> float:
+        return ordered[min(n - 1, max(0, round(p * (n - 1))))]
+
+    return {"median": pct(0.5), "p10": pct(0.1), "p90": pct(0.9), "min": ordered[0], "max": ordered[-1], "n": n}

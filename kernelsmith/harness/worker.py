@@ -1,0 +1,46 @@
+"""Worker process entry point: `python -m kernelsmith.harness.worker` with a JSON job on stdin.
+
+The worker writes its answer as JSON to job["result_path"]. It is the only place
+candidate code is imported; the CLI process starts it through runner.py, which
+turns crashes, signals and timeouts into readable failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+
+def _handlers():
+    from kernelsmith.harness import build, lint, profile, verify
+
+    return {
+        "build": lambda job: build.build(job["kernels_dir"], job["device"],
+                                         fast_math=job.get("fast_math", False)).__dict__,
+        "candidate": verify.run_candidate,
+        "judge": lambda job: verify.judge(job, job["facts"]),
+        "profile": profile.run_profile,
+        "baselines": profile.run_baselines,
+        "lint": lint.lint_task,
+    }
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    os.environ["KERNELSMITH_DEVICE"] = job.get("device", "cpu")
+    result_path = job["result_path"]
+    try:
+        answer = {"ok": True, "value": _handlers()[job["kind"]](job)}
+    except BaseException as err:  # the candidate may raise anything; it is a failed attempt
+        answer = {"ok": False, "error": f"{type(err).__name__}: {err}".strip(),
+                  "traceback": traceback.format_exc(limit=12)}
+    with open(result_path, "w") as f:
+        json.dump(answer, f, default=str)
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown: a broken CUDA context must not hang the exit
+
+
+if __name__ == "__main__":
+    sys.exit(main())
