@@ -1,2 +1,263 @@
-def main():
-    raise SystemExit("not yet")
+"""Thin typer commands: parse, build options, call one function, map errors to exit codes.
+
+Exit codes: 0 success (correct and clean), 1 rejected, 2 bad input, 3 internal error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from kernelsmith.errors import BadInput, KernelsmithError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Turn PyTorch modules into fast, verified CUDA kernels.")
+STATE = {"debug": False}
+
+DeviceOpt = typer.Option(None, "--device", help="cuda or cpu (default: cuda when a GPU is present)")
+PrecisionOpt = typer.Option(None, "--precision", help="fp32 (default), tf32, bf16 or fp16; baselines use it too")
+JsonOpt = typer.Option(False, "--json", help="print one JSON object instead of tables")
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
+    STATE["debug"] = debug
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _check_choice(value: str, choices, flag: str) -> str:
+    if value not in choices:
+        raise BadInput(f"unknown {flag} {value!r}", f"choose one of: {', '.join(choices)}")
+    return value
+
+
+def _options(device, precision, trials=5, profile=True, **extra):
+    from kernelsmith.evaluate import EvalOptions
+    from kernelsmith.harness.compare import PRECISIONS
+
+    device = _check_choice(device or default_device(), ("cuda", "cpu"), "--device")
+    if device == "cuda" and default_device() != "cuda":
+        raise BadInput("--device cuda but no CUDA GPU is visible to torch", "run `kernelsmith doctor`, or use --device cpu")
+    if trials < 1:
+        raise BadInput("--trials must be at least 1")
+    return EvalOptions(device=device, precision=_check_choice(precision or "fp32", PRECISIONS, "--precision"),
+                       trials=trials, profile=profile, **extra)
+
+
+@app.command()
+def init(task: str = typer.Argument(..., help="KernelBench-format file, or FILE:CLASS"),
+         workdir: Path = typer.Option(..., "--workdir", "-w", help="new folder to create"),
+         device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt,
+         inputs: List[str] = typer.Option([], "--input", help="input spec for FILE:CLASS, e.g. 'float32[8,1024]'"),
+         init_args: Optional[str] = typer.Option(None, "--init-args", help="constructor args, e.g. '[1024, 0.5]'"),
+         check: bool = typer.Option(True, "--check/--no-check", help="run and lint the reference first")) -> None:
+    """Lay out a workdir (reference, candidate, kernels/, SKILL.md) as a git repo."""
+    from kernelsmith import task as task_mod
+    from kernelsmith import workdir as wd
+    from kernelsmith.console import console
+
+    source = task_mod.load_task(task, inputs, init_args)
+    opts = _options(device, precision)
+    config = wd.create(source, workdir, opts.device, opts.precision)
+    console.print(f"[green]created[/] {workdir} for [bold]{config.task}[/] ({config.device}, {config.precision})")
+    if check:
+        _report_lint(task_mod.check_task(workdir / "model.py", opts.device, opts.precision))
+    console.print(f"next: edit {workdir}/model_new.py and {workdir}/kernels/, then `kernelsmith verify {workdir}`")
+
+
+def _report_lint(report: dict) -> None:
+    from kernelsmith.console import console
+
+    shapes = ", ".join(f"{i.get('dtype', '')}{i.get('shape', i.get('value'))}" for i in report["inputs"])
+    console.print(f"reference runs: inputs {shapes} -> outputs "
+                  + ", ".join(f"{o['dtype']}{o['shape']}" for o in report["outputs"]))
+    for warning in report["warnings"]:
+        console.print(f"[yellow]warning:[/] degenerate task: {warning}")
+
+
+@app.command("check")
+def check_cmd(task: str = typer.Argument(..., help="KernelBench-format file, or FILE:CLASS"),
+              device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt,
+              inputs: List[str] = typer.Option([], "--input"), init_args: Optional[str] = typer.Option(None),
+              as_json: bool = JsonOpt) -> None:
+    """Run a task's reference and warn when it is degenerate."""
+    import tempfile
+
+    from kernelsmith import task as task_mod
+
+    source = task_mod.load_task(task, inputs, init_args)
+    opts = _options(device, precision)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.py"
+        path.write_text(source.source)
+        report = task_mod.check_task(path, opts.device, opts.precision)
+    if as_json:
+        print(json.dumps(report))
+    else:
+        _report_lint(report)
+
+
+def _workdir(path: Optional[Path]):
+    from kernelsmith.workdir import WorkdirConfig
+
+    workdir = (path or Path.cwd()).resolve()
+    return workdir, WorkdirConfig.load(workdir)
+
+
+@app.command("compile")
+def compile_cmd(workdir: Optional[Path] = typer.Argument(None, help="workdir (default: .)"),
+                fast_math: bool = typer.Option(False, "--fast-math", help="allow --use_fast_math / -ffast-math"),
+                as_json: bool = JsonOpt) -> None:
+    """Build kernels/ (incremental; unchanged sources are a cache hit)."""
+    from kernelsmith.console import console
+    from kernelsmith.harness import runner
+
+    path, config = _workdir(workdir)
+    job = {"kind": "build", "kernels_dir": str(path / "kernels"), "device": config.device, "fast_math": fast_math}
+    try:
+        built = runner.run_job(job, 1800)
+    except runner.JobFailed as err:
+        built = {"ok": False, "cached": False, "seconds": 0.0, "summary": err.reason, "log": err.log}
+    if as_json:
+        print(json.dumps({k: v for k, v in built.items() if k != "log"}))
+    elif built["ok"]:
+        console.print(f"[green]built[/] {'(cache hit) ' if built['cached'] else ''}in {built['seconds']:.1f} s")
+    else:
+        console.print(f"[red]build failed[/]\n{built['summary']}")
+    raise typer.Exit(0 if built["ok"] else 1)
+
+
+def _evaluate_workdir(workdir: Optional[Path], profile: bool, **opts_kw):
+    from kernelsmith import workdir as wd
+    from kernelsmith.evaluate import evaluate
+
+    path, config = _workdir(workdir)
+    opts_kw["device"] = opts_kw.get("device") or config.device
+    opts_kw["precision"] = opts_kw.get("precision") or config.precision
+    opts = _options(profile=profile, **opts_kw)
+    result = evaluate(path / "model.py", path / "model_new.py", opts)
+    for violation in wd.fixed_file_changes(path, config):
+        result.violations.append(violation)
+        result.error = result.error or "rejected: " + violation
+    if result.violations:
+        result.reward = -1.0
+    return result
+
+
+def _emit(result, as_json: bool, title: str) -> None:
+    from kernelsmith.console import render_eval
+
+    if as_json:
+        print(result.to_json())
+    else:
+        render_eval(result, title)
+    raise typer.Exit(0 if result.clean else 1)
+
+
+@app.command()
+def verify(workdir: Optional[Path] = typer.Argument(None, help="workdir (default: .)"),
+           device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt,
+           trials: int = typer.Option(5, "--trials", help="correctness trials (fresh inputs and weights each)"),
+           as_json: bool = JsonOpt) -> None:
+    """Build, then check model_new.py against model.py (no timing)."""
+    result = _evaluate_workdir(workdir, profile=False, device=device, precision=precision, trials=trials)
+    _emit(result, as_json, "verify")
+
+
+@app.command()
+def profile(workdir: Optional[Path] = typer.Argument(None, help="workdir (default: .)"),
+            device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt,
+            min_runs: int = typer.Option(100, "--min-runs"), min_seconds: float = typer.Option(1.0, "--min-seconds"),
+            compile_baseline: Optional[bool] = typer.Option(None, "--compile/--no-compile",
+                                                             help="time torch.compile too (default: on for CUDA)"),
+            as_json: bool = JsonOpt) -> None:
+    """Verify, then time the candidate against eager and torch.compile."""
+    result = _evaluate_workdir(workdir, profile=True, device=device, precision=precision, min_runs=min_runs,
+                               min_seconds=min_seconds, compile_baseline=compile_baseline)
+    _emit(result, as_json, "profile")
+
+
+@app.command("eval")
+def eval_cmd(reference: Path = typer.Argument(..., help="KernelBench-format reference (defines Model)"),
+             candidate: Path = typer.Argument(..., help="file that defines ModelNew"),
+             device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt,
+             trials: int = typer.Option(5, "--trials"), no_profile: bool = typer.Option(False, "--no-profile"),
+             min_runs: int = typer.Option(100, "--min-runs"), min_seconds: float = typer.Option(1.0, "--min-seconds"),
+             compile_baseline: Optional[bool] = typer.Option(None, "--compile/--no-compile"),
+             timeout: float = typer.Option(300.0, "--timeout", help="seconds per candidate job"),
+             as_json: bool = JsonOpt) -> None:
+    """Score any ModelNew file against a reference with the kernelsmith harness."""
+    from kernelsmith.evaluate import evaluate
+    from kernelsmith.task import load_task
+
+    for path in (reference, candidate):
+        if not path.is_file():
+            raise BadInput(f"file not found: {path}")
+    load_task(str(reference))  # a clear error when the reference is not KernelBench-format
+    opts = _options(device, precision, trials=trials, profile=not no_profile, min_runs=min_runs,
+                    min_seconds=min_seconds, compile_baseline=compile_baseline, timeout_s=timeout)
+    _emit(evaluate(reference, candidate, opts), as_json, "eval")
+
+
+@app.command()
+def doctor(as_json: bool = JsonOpt) -> None:
+    """What this machine has for the job, and the fix for what is missing."""
+    from kernelsmith.doctor import render, run_checks
+
+    checks = run_checks()
+    if as_json:
+        print(json.dumps([c.__dict__ for c in checks]))
+    else:
+        render(checks)
+    raise typer.Exit(0 if all(c.ok or not c.required for c in checks) else 1)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Console entry point: typed errors become one line and an exit code."""
+    from kernelsmith.console import err_console
+
+    try:
+        code = app(args=argv, prog_name="kernelsmith", standalone_mode=False)
+        return code if isinstance(code, int) else 0
+    except typer.Exit as done:
+        return done.exit_code
+    except KernelsmithError as err:
+        if STATE["debug"]:
+            raise
+        err_console.print(f"[red]error:[/] {err.message}" + (f" [dim](hint: {err.hint})[/]" if err.hint else ""),
+                          soft_wrap=True)
+        return err.exit_code
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]")
+        return 130
+    except Exception as err:  # click usage errors and the unexpected
+        return _unexpected(err)
+
+
+def _unexpected(err: Exception) -> int:
+    import click
+
+    from kernelsmith.console import err_console
+
+    if isinstance(err, click.exceptions.ClickException):
+        err_console.print(f"[red]error:[/] {err.format_message()}")
+        return 2
+    if isinstance(err, click.exceptions.Abort):
+        return 130
+    if STATE["debug"]:
+        raise err
+    err_console.print(f"[red]internal error:[/] {type(err).__name__}: {err} (rerun with --debug for the traceback)")
+    return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

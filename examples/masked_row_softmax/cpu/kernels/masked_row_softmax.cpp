@@ -4,6 +4,7 @@
 // as PyTorch does.
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 

@@ -1,0 +1,150 @@
+"""Layout and naming of a workdir (pure: no torch).
+
+    model.py            the reference, read-only
+    model_new.py        the candidate (ModelNew)
+    kernels/            the agent's sources; one worked example to start from
+    binding.cpp, binding_registry.h, build.py, verify.py, profile.py
+                        fixed infrastructure (hashes kept; edits are violations)
+    SKILL.md            rendered from skills/<device>/SKILL.md
+    .kernelsmith/       config, build cache, baseline cache, session records (git-ignored)
+
+The workdir is a git repository with an initial commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+from kernelsmith import HARNESS_VERSION
+from kernelsmith.errors import BadInput
+from kernelsmith.task import TaskSource
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+FIXED_FILES = ("binding.cpp", "binding_registry.h", "build.py", "verify.py", "profile.py")
+WRITABLE = ("model_new.py", "kernels/", "notes.md")
+DEVICES = ("cuda", "cpu")
+STATE_DIR = ".kernelsmith"
+
+
+@dataclass
+class WorkdirConfig:
+    task: str
+    origin: str
+    device: str
+    precision: str
+    harness_version: str = HARNESS_VERSION
+    fixed: dict | None = None
+
+    @classmethod
+    def load(cls, workdir: Path) -> "WorkdirConfig":
+        path = Path(workdir) / STATE_DIR / "config.json"
+        if not path.is_file():
+            raise BadInput(f"{workdir} is not a kernelsmith workdir (no {STATE_DIR}/config.json)",
+                           "create one with: kernelsmith init TASK --workdir DIR")
+        return cls(**json.loads(path.read_text()))
+
+
+def skill_text(device: str) -> str:
+    return resources.files("kernelsmith.skills").joinpath(device, "SKILL.md").read_text()
+
+
+def render_skill(device: str, task_name: str, precision: str) -> str:
+    text = skill_text(device)
+    return text.replace("{task_name}", task_name).replace("{device}", device).replace("{precision}", precision)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _check_target(workdir: Path) -> None:
+    if workdir.exists() and not workdir.is_dir():
+        raise BadInput(f"{workdir} exists and is not a folder")
+    if workdir.is_dir() and any(workdir.iterdir()):
+        raise BadInput(f"workdir {workdir} is not empty", "pick a new folder; kernelsmith never overwrites files")
+
+
+def create(task: TaskSource, workdir: Path, device: str, precision: str = "fp32") -> WorkdirConfig:
+    """Lay out a new workdir for task and commit it; refuses a non-empty folder."""
+    if device not in DEVICES:
+        raise BadInput(f"unknown device {device!r}", "use --device cuda or --device cpu")
+    workdir = Path(workdir)
+    _check_target(workdir)
+    (workdir / "kernels").mkdir(parents=True, exist_ok=True)
+    _write_files(task, workdir, device, precision)
+    config = WorkdirConfig(task=task.name, origin=task.origin, device=device, precision=precision,
+                           fixed={name: _sha256(workdir / name) for name in FIXED_FILES + ("model.py",)})
+    state = workdir / STATE_DIR
+    state.mkdir(exist_ok=True)
+    (state / "config.json").write_text(json.dumps(asdict(config), indent=2) + "\n")
+    _initial_commit(workdir, task.name)
+    return config
+
+
+def _write_files(task: TaskSource, workdir: Path, device: str, precision: str) -> None:
+    model = workdir / "model.py"
+    model.write_text(task.source)
+    model.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)  # the reference is read-only
+    for name in ("binding.cpp", "binding_registry.h"):
+        (workdir / name).write_text((TEMPLATES / name).read_text())
+    for name in ("build.py", "verify.py", "profile.py", "model_new.py"):
+        (workdir / name).write_text((TEMPLATES / "workdir" / name).read_text())
+    for name in ("build.py", "verify.py", "profile.py"):
+        (workdir / name).chmod(0o755)
+    (workdir / ".gitignore").write_text((TEMPLATES / "workdir" / "gitignore").read_text())
+    for example in sorted((TEMPLATES / device).iterdir()):
+        (workdir / "kernels" / example.name).write_text(example.read_text())
+    (workdir / "SKILL.md").write_text(render_skill(device, task.name, precision))
+
+
+def _initial_commit(workdir: Path, task_name: str) -> None:
+    import git
+
+    repo = git.Repo.init(workdir)
+    with repo.config_writer() as cfg:
+        if not _has_identity(repo):
+            cfg.set_value("user", "name", "kernelsmith")
+            cfg.set_value("user", "email", "kernelsmith@localhost")
+    repo.index.add([p for p in _tracked_files(workdir)])
+    repo.index.commit(f"kernelsmith: new workdir for {task_name}\n\nKernelsmith-Harness: {HARNESS_VERSION}")
+
+
+def _has_identity(repo) -> bool:
+    try:
+        reader = repo.config_reader()
+        return bool(reader.get_value("user", "name", "")) and bool(reader.get_value("user", "email", ""))
+    except Exception:
+        return False
+
+
+def _tracked_files(workdir: Path) -> list[str]:
+    files = []
+    for root, dirs, names in os.walk(workdir):
+        dirs[:] = [d for d in dirs if d not in (".git", STATE_DIR, "__pycache__")]
+        files += [os.path.relpath(os.path.join(root, n), workdir) for n in names]
+    return sorted(files)
+
+
+def fixed_file_changes(workdir: Path, config: WorkdirConfig) -> list[str]:
+    """Violations for fixed infrastructure or the reference that no longer match the initial commit."""
+    changed = []
+    for name, digest in (config.fixed or {}).items():
+        path = Path(workdir) / name
+        if not path.is_file() or _sha256(path) != digest:
+            what = "the reference model.py" if name == "model.py" else f"fixed infrastructure file {name}"
+            changed.append(f"{what} was modified (it must not be edited)")
+    return changed
+
+
+def is_writable(relpath: str) -> bool:
+    """Whether the agent may write this workdir-relative path."""
+    norm = os.path.normpath(relpath)
+    if norm.startswith("..") or os.path.isabs(norm):
+        return False
+    return norm in ("model_new.py", "notes.md") or norm.startswith("kernels" + os.sep)
