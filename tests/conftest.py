@@ -1,0 +1,133 @@
+"""Shared fixtures: tiny tasks of our own and honest kernels compiled with gcc (loaded through
+ctypes, so no 60-second torch-extension build is needed for most tests)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kernelsmith.evaluate import EvalOptions, evaluate
+
+TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """y = 2 * x + bias (bias broadcast over rows)."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        return x * 2.0 + self.bias
+
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+
+def get_init_inputs():
+    return [256]
+'''
+
+KERNEL_C = r'''
+#include <stdint.h>
+#include <string.h>
+void axpb(const float* x, const float* b, float* y, long rows, long n) {
+  for (long r = 0; r < rows; ++r)
+    for (long i = 0; i < n; ++i) y[r * n + i] = x[r * n + i] * 2.0f + b[i];
+}
+/* the same, rounded to bfloat16 on the way out: a "lowered precision" kernel */
+void axpb_bf16(const float* x, const float* b, float* y, long rows, long n) {
+  for (long k = 0; k < rows * n; ++k) {
+    float v = x[k] * 2.0f + b[k % n];
+    uint32_t bits; memcpy(&bits, &v, 4); bits &= 0xFFFF0000u; memcpy(&v, &bits, 4);
+    y[k] = v;
+  }
+}
+/* computes only the first half of the output */
+void axpb_half(const float* x, const float* b, float* y, long rows, long n) {
+  for (long k = 0; k < rows * n / 2; ++k) y[k] = x[k] * 2.0f + b[k % n];
+}
+'''
+
+PRELUDE = '''
+import ctypes
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+_lib = ctypes.CDLL(str(Path(__file__).parent / "libaxpb.so"))
+
+
+def _ptr(t):
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def kernel(name, x, bias, out=None):
+    """Call one of the C kernels on contiguous float32 CPU tensors."""
+    y = torch.empty_like(x) if out is None else out
+    getattr(_lib, name)(_ptr(x), _ptr(bias), _ptr(y), ctypes.c_long(x.shape[0]), ctypes.c_long(x.shape[1]))
+    return y
+
+
+class Base(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.bias = nn.Parameter(torch.empty(n))
+'''
+
+
+@pytest.fixture(scope="session")
+def task_dir(tmp_path_factory) -> Path:
+    """A folder with the tiny task and libaxpb.so; candidates are written beside them."""
+    root = tmp_path_factory.mktemp("task")
+    (root / "model.py").write_text(TASK)
+    (root / "axpb.c").write_text(KERNEL_C)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", str(root / "axpb.c"), "-o", str(root / "libaxpb.so")],
+                   check=True)
+    return root
+
+
+@pytest.fixture
+def candidate(task_dir):
+    """Write a candidate module (PRELUDE + body) and return its path."""
+
+    def write(body: str) -> Path:
+        path = task_dir / f"cand_{uuid.uuid4().hex[:8]}.py"
+        path.write_text(PRELUDE + "\n" + textwrap.dedent(body))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def run_eval(task_dir):
+    """Evaluate a candidate against the tiny task on the CPU with real worker processes."""
+
+    def run(candidate_path: Path, **options):
+        options.setdefault("device", "cpu")
+        options.setdefault("profile", False)
+        options.setdefault("min_runs", 20)
+        return evaluate(task_dir / "model.py", candidate_path, EvalOptions(**options))
+
+    return run
+
+
+HONEST = '''
+class ModelNew(Base):
+    def forward(self, x):
+        return kernel("axpb", x, self.bias)
+'''
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None

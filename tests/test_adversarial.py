@@ -1,0 +1,341 @@
+"""Every known way to fake a result, each as an adversarial candidate of our own (CPU device).
+
+Each test asserts what a user relies on: the hack is not credited (not clean,
+reward -1) and the reason names the rule. The honest control must pass, so the
+rules do not reject good kernels.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from conftest import HONEST
+
+
+def rejected(result, *words):
+    assert not result.clean, result
+    assert result.reward == -1
+    text = (result.error + " " + " ".join(result.violations)).lower()
+    for word in words:
+        assert word.lower() in text, f"{word!r} not in: {text}"
+
+
+def test_honest_kernel_passes_and_is_profiled(candidate, run_eval):
+    result = run_eval(candidate(HONEST), profile=True)
+    assert result.clean, result.error
+    assert result.correct and result.violations == []
+    assert len(result.trials) == 5 and all(t["ok"] for t in result.trials)
+    assert result.timings_ms["candidate"] > 0 and result.timings_ms["eager"] > 0
+    assert result.speedup_vs_eager == pytest.approx(result.timings_ms["eager"] / result.timings_ms["candidate"])
+    assert result.reward in (1.0, 2.0)
+
+
+def test_torch_compute_in_forward(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                return x * 2.0 + self.bias
+    '''))
+    rejected(result, "torch compute", "aten.mul", "aten.add")
+
+
+def test_torch_compute_hidden_behind_aten_ops_and_getattr(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                y = kernel("axpb", x, self.bias)
+                scale = getattr(torch.ops.aten, "mul")
+                return scale(y, 1.0)
+    '''))
+    rejected(result, "torch compute", "aten.mul")
+
+
+def test_try_except_fallback_to_torch(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                try:
+                    return kernel("no_such_kernel", x, self.bias)
+                except AttributeError:
+                    return torch.addcmul(self.bias.expand_as(x), x, torch.full_like(x, 2.0))
+    '''))
+    rejected(result, "torch compute", "addcmul")
+
+
+def test_views_and_allocation_are_allowed(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                flat = x.view(-1).view(x.shape[0], x.shape[1])
+                out = torch.empty(x.shape, dtype=x.dtype).fill_(0.0)
+                return kernel("axpb", flat.unsqueeze(0).squeeze(0), self.bias, out=out)
+    '''))
+    assert result.clean, result.error
+
+
+def test_patched_checker_cannot_pass_a_wrong_kernel(candidate, run_eval):
+    result = run_eval(candidate('''
+        import kernelsmith.harness.compare as compare
+        torch.allclose = lambda *a, **k: True
+        torch.testing.assert_close = lambda *a, **k: None
+        compare.compare_all = lambda *a, **k: {"ok": True, "reason": ""}
+
+        class ModelNew(Base):
+            def forward(self, x):
+                return torch.empty_like(x).fill_(1.0)
+    '''))
+    assert not result.correct
+    rejected(result, "wrong output")
+
+
+def test_patched_torch_function_is_reported(candidate, run_eval):
+    result = run_eval(candidate('''
+        import torch.nn.functional as F
+        F.gelu = lambda x, approximate="none": x
+
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb", x, self.bias)
+    '''))
+    rejected(result, "replaced functions", "torch.nn.functional.gelu")
+
+
+def test_patched_clock_is_reported_and_not_used(candidate, run_eval):
+    result = run_eval(candidate('''
+        import time
+        _real = time.perf_counter
+        time.perf_counter = lambda: _real() / 1000.0
+
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb", x, self.bias)
+    '''), profile=True)
+    rejected(result, "replaced functions", "time.perf_counter")
+
+
+def test_background_thread_finishing_the_output(candidate, run_eval):
+    result = run_eval(candidate('''
+        import threading, time as _time
+
+        def _finish(x, bias, y):
+            _time.sleep(0.02)
+            kernel("axpb", x, bias, out=y)
+
+        class ModelNew(Base):
+            def forward(self, x):
+                y = torch.empty_like(x).fill_(0.0)
+                threading.Thread(target=_finish, args=(x, self.bias.detach(), y)).start()
+                return y
+    '''))
+    rejected(result)
+    text = (result.error + " ".join(result.violations)).lower()
+    assert "thread" in text or "changed after forward" in text or "wrong output" in text
+
+
+def test_cache_keyed_on_pointer(candidate, run_eval):
+    result = run_eval(candidate('''
+        _cache = {}
+
+        class ModelNew(Base):
+            def forward(self, x):
+                key = x.data_ptr()
+                if key not in _cache:
+                    _cache[key] = kernel("axpb", x, self.bias)
+                return _cache[key]
+    '''))
+    # fresh inputs every trial: any hit on a reused address returns a stale answer
+    if result.clean:
+        pytest.fail("pointer cache was not caught")
+    rejected(result)
+
+
+def test_replay_after_first_call(candidate, run_eval):
+    result = run_eval(candidate('''
+        _first = []
+
+        class ModelNew(Base):
+            def forward(self, x):
+                if not _first:
+                    _first.append(kernel("axpb", x, self.bias))
+                return _first[0]
+    '''))
+    rejected(result, "wrong output")
+
+
+def test_cache_on_the_module(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                out = kernel("axpb", x, self.bias)
+                self.last = out
+                return out
+    '''))
+    rejected(result, "changed the module's attributes")
+
+
+def test_returning_the_input(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb", x, self.bias, out=x)
+    '''))
+    rejected(result, "shares memory with an input")
+    assert any("wrote into input" in v for v in result.violations)
+
+
+def test_zeroing_the_input_after_use(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                y = kernel("axpb", x, self.bias)
+                x.zero_()
+                return y
+    '''))
+    rejected(result, "wrote into input")
+
+
+def test_weights_copied_at_construction(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def __init__(self, n):
+                super().__init__(n)
+                torch.nn.init.normal_(self.bias)
+                self.frozen = self.bias.detach().clone()
+
+            def forward(self, x):
+                return kernel("axpb", x, self.frozen)
+    '''))
+    rejected(result, "wrong output")
+
+
+def test_uninitialised_output(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb_half", x, self.bias)
+    '''))
+    rejected(result, "wrong output")
+
+
+def test_lazy_tensor_subclass(candidate, run_eval):
+    result = run_eval(candidate('''
+        class Lazy(torch.Tensor):
+            pass
+
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb", x, self.bias).as_subclass(Lazy)
+    '''))
+    rejected(result, "not a plain torch.Tensor")
+
+
+def test_lowered_precision_fails_fp32(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb_bf16", x, self.bias)
+    '''))
+    rejected(result, "outside atol=0.0001")
+
+
+def test_global_precision_flags(candidate, run_eval):
+    result = run_eval(candidate('''
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.set_float32_matmul_precision("medium")
+
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb", x, self.bias)
+    '''))
+    rejected(result, "global numeric flags", "allow_tf32")
+
+
+def test_removing_the_dispatch_recorder(candidate, run_eval):
+    result = run_eval(candidate('''
+        from torch.utils._python_dispatch import _pop_mode_temporarily
+
+        class ModelNew(Base):
+            def forward(self, x):
+                with _pop_mode_temporarily():
+                    return x * 2.0 + self.bias
+    '''))
+    rejected(result)
+
+
+def test_segfault_is_a_failed_attempt(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                ctypes.string_at(0)
+    '''))
+    rejected(result, "segmentation fault")
+
+
+def test_hang_is_a_failed_attempt(candidate, run_eval):
+    start = time.monotonic()
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                while True:
+                    pass
+    '''), timeout_s=20)
+    rejected(result, "timed out")
+    assert time.monotonic() - start < 60
+
+
+def test_exit_during_import(candidate, run_eval):
+    result = run_eval(candidate('''
+        import os
+        os._exit(0)
+    '''))
+    rejected(result, "without an answer")
+
+
+def test_escaped_daemon_is_killed(candidate, run_eval, tmp_path):
+    pid_file = tmp_path / "daemon.pid"
+    result = run_eval(candidate(f'''
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                open({str(pid_file)!r}, "w").write(str(os.getpid()))
+                time.sleep(600)
+            os._exit(0)
+
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb", x, self.bias)
+    '''))
+    assert result.clean, result.error
+    for _ in range(50):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_missing_parameters_give_a_readable_reason(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.offset = nn.Parameter(torch.empty(n))
+
+            def forward(self, x):
+                return kernel("axpb", x, self.offset)
+    '''))
+    rejected(result, "parameters do not match", "missing in ModelNew: bias", "not in Model: offset")
+
+
+def test_wrong_shape(candidate, run_eval):
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb", x, self.bias).view(-1)
+    '''))
+    rejected(result, "shape")
