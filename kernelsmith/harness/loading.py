@@ -69,10 +69,11 @@ def load_weights(candidate: torch.nn.Module, reference: torch.nn.Module) -> None
     state = {k: v.detach().clone() for k, v in reference.state_dict().items()}
     result = candidate.load_state_dict(state, strict=False)
     problems = []
-    if result.missing_keys:
-        problems.append(f"missing in ModelNew: {', '.join(result.missing_keys[:8])}")
+    # load_state_dict's view: "unexpected" keys are Model's that ModelNew lacks, "missing" the reverse
     if result.unexpected_keys:
-        problems.append(f"not in Model: {', '.join(result.unexpected_keys[:8])}")
+        problems.append(f"missing in ModelNew: {', '.join(result.unexpected_keys[:8])}")
+    if result.missing_keys:
+        problems.append(f"not in Model: {', '.join(result.missing_keys[:8])}")
     if problems:
         raise ValueError("ModelNew's parameters do not match Model's (" + "; ".join(problems) + ")")
 
