@@ -72,7 +72,11 @@ def cuda_arch_list() -> str:
     return "9.0"
 
 
-def compile_flags(device: str, fast_math: bool) -> dict[str, list[str]]:
+def uses_cublas(sources: list[Path]) -> bool:
+    return any("cublas" in p.read_text(errors="replace") for p in sources)
+
+
+def compile_flags(device: str, fast_math: bool, cublas: bool = False) -> dict[str, list[str]]:
     cflags = ["-O3", "-std=c++17"]
     ldflags: list[str] = []
     cuda_flags: list[str] = []
@@ -83,7 +87,8 @@ def compile_flags(device: str, fast_math: bool) -> dict[str, list[str]]:
         cuda_flags = ["-O3", "-std=c++17", "-lineinfo", "--expt-relaxed-constexpr"]
         if fast_math:
             cuda_flags.append("--use_fast_math")
-        ldflags += ["-lcublas", "-lcublasLt"]
+        if cublas:  # linked only when a kernel uses it: not every toolkit layout has it on the path
+            ldflags += ["-lcublas", "-lcublasLt"]
     if fast_math and device == "cpu":
         cflags.append("-ffast-math")
     return {"cflags": cflags, "cuda_flags": cuda_flags, "ldflags": ldflags}
@@ -131,7 +136,7 @@ def build(kernels_dir: str | Path, device: str, fast_math: bool = False,
 
 def _build(kernels_dir: Path, device: str, fast_math: bool, build_dir, start: float) -> BuildResult:
     sources = kernel_sources(kernels_dir, device)
-    flags = compile_flags(device, fast_math)
+    flags = compile_flags(device, fast_math, cublas=uses_cublas(sources))
     arch = cuda_arch_list() if device == "cuda" else ""
     name = extension_name(kernels_dir, device)
     out_dir = Path(build_dir) if build_dir else default_build_dir(kernels_dir, device)

@@ -46,7 +46,8 @@ def cast_floating(t, precision: str):
 def seeded_inputs(task, seed: int, device: str, precision: str) -> list:
     """get_inputs() under a seed, moved to the device and cast to the precision."""
     torch.manual_seed(seed)
-    raw = task.get_inputs()
+    with torch.device(device):  # factory calls in get_inputs() allocate on the device directly
+        raw = task.get_inputs()
     return [cast_floating(x.to(device), precision) if isinstance(x, torch.Tensor) else x for x in raw]
 
 
@@ -59,7 +60,9 @@ def seeded_reference(task, seed: int, device: str, precision: str) -> torch.nn.M
     """A fresh reference Model whose weights come from the seed."""
     args = init_inputs(task)
     torch.manual_seed(seed)
-    model = task.Model(*args).to(device)
+    with torch.device(device):
+        model = task.Model(*args)
+    model = model.to(device)
     dtype = DTYPES.get(precision)
     return model.to(dtype) if dtype is not None else model
 

@@ -18,10 +18,11 @@ import random
 import torch
 
 from kernelsmith.harness import compare as cmp
-from kernelsmith.harness import guards, loading, roofline
+from kernelsmith.harness import guards, lint, loading, roofline
 from kernelsmith.harness.timing import Clocks, L2Flusher, gpu_lock, summarize
 
 POOL_SETS = 4
+LARGE_INPUT_BYTES = 1 << 30
 WARMUP_CALLS = 3
 SPOT_CHECKS = 4
 MAX_WALL_S = 300.0
@@ -36,7 +37,9 @@ class InputPool:
     """
 
     def __init__(self, task, seeds: list[int], device: str, precision: str):
-        self.sources = [loading.seeded_inputs(task, s, device, precision) for s in seeds]
+        first = loading.seeded_inputs(task, seeds[0], device, precision)
+        count = 2 if loading.nbytes(first) > LARGE_INPUT_BYTES else len(seeds)  # big inputs defeat the L2 anyway
+        self.sources = [first] + [loading.seeded_inputs(task, s, device, precision) for s in seeds[1:count]]
         self.slots = [loading.clone_all(src) for src in self.sources]
         self.rng = random.Random(seeds[0])
         self.runs = 0
@@ -56,7 +59,7 @@ class InputPool:
 
 def _seeds(job: dict) -> list[int]:
     rng = random.Random(job["seed"])
-    return [rng.randrange(1, 2**62) for _ in range(POOL_SETS)]
+    return [rng.randrange(1, 2**62) for _ in range(int(job.get("pool_sets", POOL_SETS)))]
 
 
 def _budget(job: dict) -> tuple[int, float]:
@@ -66,7 +69,7 @@ def _budget(job: dict) -> tuple[int, float]:
 def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flusher,
                min_runs: int, min_seconds: float, on_run=None) -> dict:
     """Time every contender round-robin in random order until the budget is met."""
-    samples = {name: {"device": [], "host": []} for name in contenders}
+    samples = {name: {"device": [], "full": [], "host": []} for name in contenders}
     order = list(contenders)
     rng = random.Random(len(order))
     start = clocks.monotonic()
@@ -75,8 +78,9 @@ def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flu
         for name in order:
             inputs = pool.next()
             flusher.flush()
-            dev_ms, host_ms, out = clocks.time_call(contenders[name], inputs)
+            dev_ms, full_ms, host_ms, out = clocks.time_call(contenders[name], inputs)
             samples[name]["device"].append(dev_ms)
+            samples[name]["full"].append(full_ms)
             samples[name]["host"].append(host_ms)
             if on_run:
                 on_run(name, len(samples[name]["device"]) - 1, inputs, out)
@@ -100,6 +104,19 @@ def _warm(fn, pool: InputPool, clocks: Clocks) -> float:
         fn(*pool.next())
     clocks.synchronize()
     return clocks.perf_counter() - t0
+
+
+def side_stream_violation(samples: dict) -> str | None:
+    """Device-wide time far above stream time, beyond what eager shows, means hidden work."""
+    def gap(s):
+        return summarize([f - d for f, d in zip(s["full"], s["device"])])["median"]
+
+    extra = gap(samples["candidate"]) - gap(samples["eager"])
+    stream = summarize(samples["candidate"]["device"])["median"]
+    if extra > max(0.02, 0.10 * stream):
+        return (f"work outside the timed stream: the device stayed busy {extra * 1e3:.0f} us after the "
+                f"candidate's stream finished (side streams or host threads)")
+    return None
 
 
 def clock_disagreement(samples: dict) -> str | None:
@@ -149,6 +166,7 @@ def _profile_violations(recorder, samples, checks, identities, flags_before, dev
     found = [v for v in (recorder.violation(), checks.failure) if v]
     if device == "cuda":
         found += [f"{name}: {msg}" for name, s in samples.items() if (msg := clock_disagreement(s))]
+        found += [msg for msg in [side_stream_violation(samples)] if msg]
     patched = identities.changed()
     if patched:
         found.append("candidate replaced functions the harness relies on: " + ", ".join(patched[:8]))
@@ -200,9 +218,12 @@ def run_baselines(job: dict) -> dict:
     contenders = {"eager": _no_grad(reference)}
     for mode in job.get("compile_modes", []):
         contenders[f"compile:{mode}"] = _no_grad(torch.compile(reference, mode=None if mode == "default" else mode))
+    # Compile outside the lock (CPU work, parallel across jobs); autotuning and timing inside it.
+    warm_s = {name: _warm(fn, pool, clocks) for name, fn in contenders.items() if name == "compile:default"}
     with gpu_lock(device):
         flusher = L2Flusher(device)
-        warm_s = {name: _warm(fn, pool, clocks) for name, fn in contenders.items()}
+        warm_s.update({name: _warm(fn, pool, clocks) for name, fn in contenders.items() if name not in warm_s})
         samples = interleave(contenders, pool, clocks, flusher, *_budget(job))
-    return {**_platform(device), "warmup_s": warm_s,
+    report = lint.lint_task(job) if job.get("lint") else None
+    return {**_platform(device), "warmup_s": warm_s, "lint": report,
             "timings": {name: summarize(s["device"]) for name, s in samples.items()}}

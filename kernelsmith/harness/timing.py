@@ -38,22 +38,31 @@ class Clocks:
         else:
             self.synchronize = lambda: None
 
-    def time_call(self, fn, args) -> tuple[float, float, object]:
-        """(device ms, host ms, output) of one call, with a full sync inside the interval."""
+    def time_call(self, fn, args) -> tuple[float, float, float, object]:
+        """(stream ms, device-wide ms, host ms, output) of one call.
+
+        The stream interval is start/end events on the current stream. The
+        device-wide interval ends with an event recorded after a full device
+        synchronisation, so it also covers work launched on other streams; a
+        candidate whose device-wide time exceeds its stream time by more than
+        eager's does is hiding work (profile.side_stream_violation).
+        """
         if self.device != "cuda":
             t0 = self.perf_counter()
             out = fn(*args)
             host = (self.perf_counter() - t0) * 1e3
-            return host, host, out
-        start, end = self.event_cls(enable_timing=True), self.event_cls(enable_timing=True)
+            return host, host, host, out
+        start, end, after = (self.event_cls(enable_timing=True) for _ in range(3))
         self.synchronize()
         t0 = self.perf_counter()
         self.record(start)
         out = fn(*args)
         self.record(end)
         self.synchronize()
+        self.record(after)
+        self.synchronize()
         host = (self.perf_counter() - t0) * 1e3
-        return self.elapsed(start, end), host, out
+        return self.elapsed(start, end), self.elapsed(start, after), host, out
 
 
 class L2Flusher:
