@@ -51,7 +51,11 @@ class WorkdirConfig:
 
 
 def skill_text(device: str) -> str:
-    return resources.files("kernelsmith.skills").joinpath(device, "SKILL.md").read_text()
+    """skills/<device>/SKILL.md: packaged as kernelsmith.skills, or beside the package in a checkout."""
+    try:
+        return resources.files("kernelsmith.skills").joinpath(device, "SKILL.md").read_text()
+    except (ModuleNotFoundError, FileNotFoundError):
+        return (Path(__file__).resolve().parent.parent / "skills" / device / "SKILL.md").read_text()
 
 
 def render_skill(device: str, task_name: str, precision: str) -> str:
