@@ -95,6 +95,7 @@ def main() -> None:
     parser.add_argument("--reference", type=Path, required=True)
     parser.add_argument("--candidate", type=Path, required=True, help="folder with model_new.py and kernels/")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument("--with-cli", action="store_true", help="also time a whole `kernelsmith eval`")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "cand"
@@ -103,7 +104,8 @@ def main() -> None:
         os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")
         row = {"task": args.reference.name, **measure_builds(work)}
         row.update(measure_steps(args.reference.resolve(), work / "model_new.py"))
-        row.update(measure_eval_cli(args.reference.resolve(), work / "model_new.py"))
+        if args.with_cli:
+            row.update(measure_eval_cli(args.reference.resolve(), work / "model_new.py"))
         row.update(measure_stability(args.reference.resolve(), work / "model_new.py"))
     (args.out / "harness_cost.json").write_text(json.dumps(row, indent=1, default=str))
     print_table(row)
@@ -113,7 +115,9 @@ def print_table(row: dict) -> None:
     print(f"\nharness cost on {row['task']} (H200; wall seconds from the parent, real workers)")
     for key in ("build_cold_s", "build_cached_s", "build_one_line_cu_change_s", "verify_s",
                 "profile_with_compile_cold_s", "profile_with_compile_cached_s", "eval_cli_wall_s"):
-        print(f"  {key:34s} {row[key]:8.2f}")
+        if key in row:
+            print(f"  {key:34s} {row[key]:8.2f}")
+    print(f"  profile split (cold): {row['profile_cold_split']}")
     print(f"  timings_ms: {row['timings_ms']}")
     print(f"  stability: candidate medians {['%.4f' % m for m in row['candidate_medians_ms']]} "
           f"max/min {row['candidate_max_over_min']:.4f}; eager max/min {row['eager_max_over_min']:.4f}")

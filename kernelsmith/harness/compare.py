@@ -32,38 +32,58 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor, precision: str) ->
     return _compare_floating(candidate, reference, precision)
 
 
+CHUNK = 1 << 26  # elements per comparison chunk: bounds the float64 temporaries to ~0.5 GB each
+
+
 def _compare_floating(cand: torch.Tensor, ref: torch.Tensor, precision: str) -> dict:
     atol, rtol = TOLERANCES[precision]
-    c, r = cand.double(), ref.double()
+    c_flat, r_flat = cand.reshape(-1), ref.reshape(-1)
+    totals = {"extra_nan": 0, "bad_inf": 0, "mismatched": 0, "max_abs_err": 0.0, "max_rel_err": 0.0,
+              "sq_err": 0.0, "sq_ref": 0.0, "first": None}
+    for lo in range(0, c_flat.numel(), CHUNK):
+        _compare_chunk(c_flat[lo:lo + CHUNK].double(), r_flat[lo:lo + CHUNK].double(), atol, rtol, lo, totals)
+    return _verdict(totals, ref, atol, rtol)
+
+
+def _compare_chunk(c: torch.Tensor, r: torch.Tensor, atol: float, rtol: float, offset: int, totals: dict) -> None:
     c_nan, r_nan = torch.isnan(c), torch.isnan(r)
-    extra_nan = int((c_nan & ~r_nan).sum())
-    if extra_nan:
-        return {"ok": False, "mismatched": extra_nan,
-                "reason": f"{extra_nan} NaN values where the reference has none (unwritten output or bad math)"}
+    totals["extra_nan"] += int((c_nan & ~r_nan).sum())
     c_inf, r_inf = torch.isinf(c), torch.isinf(r)
-    bad_inf = int((c_inf != r_inf).sum() + (c_inf & r_inf & (c != r)).sum())
-    if bad_inf:
-        return {"ok": False, "mismatched": bad_inf, "reason": f"{bad_inf} Inf values differ from the reference"}
+    totals["bad_inf"] += int((c_inf != r_inf).sum() + (c_inf & r_inf & (c != r)).sum())
     finite = ~(r_nan | r_inf)
-    diff = (c - r).abs().where(finite, torch.zeros_like(c))
-    allowed = atol + rtol * r.abs().where(finite, torch.zeros_like(r))
-    bad = diff > allowed
-    mismatched = int(bad.sum())
-    stats = {
-        "max_abs_err": float(diff.max()) if diff.numel() else 0.0,
-        "max_rel_err": float((diff / r.abs().clamp_min(1e-12)).where(finite, torch.zeros_like(c)).max())
-        if diff.numel() else 0.0,
-        "rel_l2_err": float(diff.norm() / r.where(finite, torch.zeros_like(r)).norm().clamp_min(1e-30))
-        if diff.numel() else 0.0,
-        "atol": atol, "rtol": rtol, "mismatched": mismatched,
-    }
-    if mismatched:
-        idx = tuple(int(i) for i in bad.nonzero()[0])
-        stats["reason"] = (f"{mismatched} of {ref.numel()} elements outside atol={atol:g} rtol={rtol:g} "
-                           f"(max abs err {stats['max_abs_err']:.3g}; first at {list(idx)}: "
-                           f"got {float(c[idx]):.6g}, expected {float(r[idx]):.6g})")
-    stats["ok"] = mismatched == 0
-    stats.setdefault("reason", "")
+    zero = torch.zeros((), dtype=c.dtype, device=c.device)
+    diff = torch.where(finite & ~c_nan, (c - r).abs(), zero)
+    r_abs = torch.where(finite, r.abs(), zero)
+    bad = diff > atol + rtol * r_abs
+    count = int(bad.sum())
+    if count and totals["first"] is None:
+        i = int(bad.nonzero()[0, 0])
+        totals["first"] = (offset + i, float(c[i]), float(r[i]))
+    totals["mismatched"] += count
+    if diff.numel():
+        totals["max_abs_err"] = max(totals["max_abs_err"], float(diff.max()))
+        totals["max_rel_err"] = max(totals["max_rel_err"], float((diff / r_abs.clamp_min(1e-12)).max()))
+        totals["sq_err"] += float((diff * diff).sum())
+        totals["sq_ref"] += float((r_abs * r_abs).sum())
+
+
+def _verdict(totals: dict, ref: torch.Tensor, atol: float, rtol: float) -> dict:
+    if totals["extra_nan"]:
+        return {"ok": False, "mismatched": totals["extra_nan"],
+                "reason": f"{totals['extra_nan']} NaN values where the reference has none (unwritten output or bad math)"}
+    if totals["bad_inf"]:
+        return {"ok": False, "mismatched": totals["bad_inf"],
+                "reason": f"{totals['bad_inf']} Inf values differ from the reference"}
+    stats = {"max_abs_err": totals["max_abs_err"], "max_rel_err": totals["max_rel_err"],
+             "rel_l2_err": (totals["sq_err"] ** 0.5) / max(totals["sq_ref"] ** 0.5, 1e-30),
+             "atol": atol, "rtol": rtol, "mismatched": totals["mismatched"], "ok": totals["mismatched"] == 0,
+             "reason": ""}
+    if totals["mismatched"]:
+        flat, got, want = totals["first"]
+        index = [int(i) for i in torch.unravel_index(torch.tensor(flat), ref.shape)] if ref.dim() else []
+        stats["reason"] = (f"{totals['mismatched']} of {ref.numel()} elements outside atol={atol:g} rtol={rtol:g} "
+                           f"(max abs err {stats['max_abs_err']:.3g}; first at {index}: "
+                           f"got {got:.6g}, expected {want:.6g})")
     return stats
 
 

@@ -71,11 +71,31 @@ def kill_strays(known: set[int]) -> int:
     return killed
 
 
+def _session_members(sid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:  # field 6 of /proc/PID/stat: session id
+                members.append(int(entry.name))
+    return members
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the worker's process group and anything else still in its session."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    if Path("/proc").is_dir():
+        for pid in _session_members(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _signal_reason(code: int) -> str:
