@@ -102,12 +102,15 @@ def main() -> None:
         shutil.copytree(args.candidate, work)
         os.environ["KERNELSMITH_BUILD_DIR"] = str(Path(tmp) / "build")
         os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")
-        row = {"task": args.reference.name, **measure_builds(work)}
-        row.update(measure_steps(args.reference.resolve(), work / "model_new.py"))
+        row = {"task": args.reference.name}
+        steps = [lambda: measure_builds(work), lambda: measure_steps(args.reference.resolve(), work / "model_new.py"),
+                 lambda: measure_stability(args.reference.resolve(), work / "model_new.py")]
         if args.with_cli:
-            row.update(measure_eval_cli(args.reference.resolve(), work / "model_new.py"))
-        row.update(measure_stability(args.reference.resolve(), work / "model_new.py"))
-    (args.out / "harness_cost.json").write_text(json.dumps(row, indent=1, default=str))
+            steps.append(lambda: measure_eval_cli(args.reference.resolve(), work / "model_new.py"))
+        for step in steps:  # each result is written as soon as it exists
+            row.update(step())
+            (args.out / "harness_cost.json").write_text(json.dumps(row, indent=1, default=str))
+            print(json.dumps(row, default=str)[-600:], flush=True)
     print_table(row)
 
 

@@ -339,3 +339,13 @@ def test_wrong_shape(candidate, run_eval):
                 return kernel("axpb", x, self.bias).view(-1)
     '''))
     rejected(result, "shape")
+
+
+def test_concurrent_jobs_do_not_kill_each_other(candidate, run_eval):
+    """Jobs run in threads of one process (the bench does this); each keeps its own worker."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = candidate(HONEST)
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: run_eval(path), range(3)))
+    assert all(r.clean for r in results), [r.error for r in results]

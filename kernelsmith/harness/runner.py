@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -54,13 +55,30 @@ def _children_of(pid: int) -> list[int]:
     return found
 
 
-def kill_strays(known: set[int]) -> int:
-    """Kill and reap processes reparented to us since `known` was taken (escaped daemons)."""
+def _job_of(pid: int) -> str:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    for item in environ:
+        if item.startswith(b"KERNELSMITH_JOB_ID="):
+            return item.split(b"=", 1)[1].decode()
+    return ""
+
+
+def kill_strays(job_id: str) -> int:
+    """Kill and reap processes of this job that were reparented to us (escaped daemons).
+
+    Only children that carry this job's id in their environment are touched, so
+    jobs running concurrently in other threads keep their workers.
+    """
     if not Path("/proc").is_dir():
         return 0
     killed = 0
     for _ in range(2):  # a second look catches a daemon whose parent was dying during the first
-        for pid in set(_children_of(os.getpid())) - known:
+        for pid in _children_of(os.getpid()):
+            if _job_of(pid) != job_id:
+                continue
             try:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
@@ -150,21 +168,21 @@ def _worker_env(job: dict, env: dict | None) -> dict:
     merged = {**os.environ, **(env or {})}
     merged["KERNELSMITH_DEVICE"] = job.get("device", "cpu")
     merged["PYTHONUNBUFFERED"] = "1"
+    merged["KERNELSMITH_JOB_ID"] = job["job_id"]
     merged.pop("PYTHONSTARTUP", None)
     return merged
 
 
 def _spawn_and_wait(job: dict, timeout: float, env: dict | None, log_path: Path) -> int | None:
+    job["job_id"] = uuid.uuid4().hex
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kernelsmith.harness.worker"],
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
             env=_worker_env(job, env), start_new_session=True, cwd=job.get("cwd"),
         )
-        known = set(_children_of(os.getpid())) - {proc.pid}
         try:
-            proc.stdin.write(json.dumps(job).encode())
-            proc.stdin.close()
+            _send(proc, job)
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None
@@ -175,8 +193,16 @@ def _spawn_and_wait(job: dict, timeout: float, env: dict | None, log_path: Path)
         finally:
             _kill_group(proc)
             proc.wait()
-            kill_strays(known)
+            kill_strays(job["job_id"])
     return code
+
+
+def _send(proc: subprocess.Popen, job: dict) -> None:
+    try:
+        proc.stdin.write(json.dumps(job).encode())
+        proc.stdin.close()
+    except BrokenPipeError:  # the worker died at start; its exit status tells why
+        pass
 
 
 def _read_answer(job: dict, code: int | None, log: str, timeout: float) -> dict:
