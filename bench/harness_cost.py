@@ -70,6 +70,13 @@ def measure_steps(reference: Path, candidate: Path) -> dict:
             "violations": result.violations}
 
 
+def measure_verify(reference: Path, candidate: Path) -> dict:
+    result = EvalResult(device="cuda")
+    verify_s, ok = timed(lambda: verify_step(reference, candidate, EvalOptions(device="cuda"), result))
+    return {"verify_s": verify_s, "verify_ok": ok, "verify_error": result.error[:300],
+            "max_abs_err": max((t.get("max_abs_err", 0) for t in result.trials), default=None)}
+
+
 def measure_eval_cli(reference: Path, candidate: Path) -> dict:
     cmd = [sys.executable, "-m", "kernelsmith.cli", "eval", str(reference), str(candidate), "--device", "cuda",
            "--json"]
@@ -95,7 +102,8 @@ def main() -> None:
     parser.add_argument("--reference", type=Path, required=True)
     parser.add_argument("--candidate", type=Path, required=True, help="folder with model_new.py and kernels/")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
-    parser.add_argument("--with-cli", action="store_true", help="also time a whole `kernelsmith eval`")
+    parser.add_argument("--steps", default="builds,steps,stability",
+                        help="comma list of: builds, steps (verify + profile with compile), verify, stability, cli")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "cand"
@@ -103,11 +111,11 @@ def main() -> None:
         os.environ["KERNELSMITH_BUILD_DIR"] = str(Path(tmp) / "build")
         os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")
         row = {"task": args.reference.name}
-        steps = [lambda: measure_builds(work), lambda: measure_steps(args.reference.resolve(), work / "model_new.py"),
-                 lambda: measure_stability(args.reference.resolve(), work / "model_new.py")]
-        if args.with_cli:
-            steps.append(lambda: measure_eval_cli(args.reference.resolve(), work / "model_new.py"))
-        for step in steps:  # each result is written as soon as it exists
+        ref, cand = args.reference.resolve(), work / "model_new.py"
+        available = {"builds": lambda: measure_builds(work), "stability": lambda: measure_stability(ref, cand),
+                     "verify": lambda: measure_verify(ref, cand), "steps": lambda: measure_steps(ref, cand),
+                     "cli": lambda: measure_eval_cli(ref, cand)}
+        for step in [available[name] for name in args.steps.split(",")]:  # each result is saved as it exists
             row.update(step())
             (args.out / "harness_cost.json").write_text(json.dumps(row, indent=1, default=str))
             print(json.dumps(row, default=str)[-600:], flush=True)
@@ -120,9 +128,10 @@ def print_table(row: dict) -> None:
                 "profile_with_compile_cold_s", "profile_with_compile_cached_s", "eval_cli_wall_s"):
         if key in row:
             print(f"  {key:34s} {row[key]:8.2f}")
-    print(f"  profile split (cold): {row['profile_cold_split']}")
-    print(f"  timings_ms: {row['timings_ms']}")
-    print(f"  stability: candidate medians {['%.4f' % m for m in row['candidate_medians_ms']]} "
+    if "profile_cold_split" in row:
+        print(f"  profile split (cold): {row['profile_cold_split']}; timings_ms: {row['timings_ms']}")
+    if "candidate_medians_ms" in row:
+        print(f"  stability: candidate medians {['%.4f' % m for m in row['candidate_medians_ms']]} "
           f"max/min {row['candidate_max_over_min']:.4f}; eager max/min {row['eager_max_over_min']:.4f}")
 
 
