@@ -119,14 +119,10 @@ def compile_cmd(workdir: Optional[Path] = typer.Argument(None, help="workdir (de
                 as_json: bool = JsonOpt) -> None:
     """Build kernels/ (incremental; unchanged sources are a cache hit)."""
     from kernelsmith.console import console
-    from kernelsmith.harness import runner
+    from kernelsmith.evaluate import run_build
 
     path, config = _workdir(workdir)
-    job = {"kind": "build", "kernels_dir": str(path / "kernels"), "device": config.device, "fast_math": fast_math}
-    try:
-        built = runner.run_job(job, 1800)
-    except runner.JobFailed as err:
-        built = {"ok": False, "cached": False, "seconds": 0.0, "summary": err.reason, "log": err.log}
+    built = run_build(path / "kernels", config.device, fast_math)
     if as_json:
         print(json.dumps({k: v for k, v in built.items() if k != "log"}))
     elif built["ok"]:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelsmith.harness import runner
+from kernelsmith.harness import build, runner
 from kernelsmith.harness.result import EvalResult
 from kernelsmith.reward import DEFAULT, RewardThresholds, reward_for
 
@@ -68,13 +68,21 @@ def finish(result: EvalResult, opts: EvalOptions) -> EvalResult:
     return result
 
 
+def run_build(kernels: Path, device: str, fast_math: bool, timeout_s: float = 1800.0) -> dict:
+    """Build in a worker, unless the previous build still matches (checked here, without torch)."""
+    hit = build.cached_result(kernels, device, fast_math)
+    if hit is not None:
+        return hit.__dict__
+    job = {"kind": "build", "kernels_dir": str(kernels), "device": device, "fast_math": fast_math}
+    try:
+        return runner.run_job(job, timeout_s)
+    except runner.JobFailed as err:
+        return {"ok": False, "summary": err.reason, "log": err.log, "cached": False, "seconds": 0.0}
+
+
 def build_step(kernels: Path, opts: EvalOptions, result: EvalResult) -> bool:
     start = time.perf_counter()
-    job = {"kind": "build", "kernels_dir": str(kernels), "device": opts.device, "fast_math": opts.fast_math}
-    try:
-        built = runner.run_job(job, opts.build_timeout_s)
-    except runner.JobFailed as err:
-        built = {"ok": False, "summary": err.reason, "log": err.log, "cached": False}
+    built = run_build(kernels, opts.device, opts.fast_math, opts.build_timeout_s)
     result.seconds["build"] = runner.elapsed(start)
     result.build = {k: built.get(k) for k in ("ok", "cached", "seconds", "summary", "arch", "flags")}
     if not built["ok"]:

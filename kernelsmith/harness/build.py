@@ -59,17 +59,39 @@ def kernel_sources(kernels_dir: Path, device: str) -> list[Path]:
     return files
 
 
-def cuda_arch_list() -> str:
-    """Target architectures: TORCH_CUDA_ARCH_LIST if set, else the current device."""
+def cuda_arch_list(allow_torch: bool = True) -> str | None:
+    """Target architectures: TORCH_CUDA_ARCH_LIST if set, else the visible GPU (9.0 on an H200).
+
+    nvidia-smi answers without initialising CUDA, so the parent can compute the
+    build key too; torch is the fallback inside workers.
+    """
     env = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
     if env:
         return env
+    arch = _arch_from_nvidia_smi()
+    if arch or not allow_torch:
+        return arch
     import torch
 
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
         return f"{major}.{minor}"
     return "9.0"
+
+
+def _arch_from_nvidia_smi() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    cmd = [smi, "--query-gpu=compute_cap", "--format=csv,noheader"]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible.isdigit():
+        cmd += ["-i", visible]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out[0] if out and re.fullmatch(r"\d+\.\d+", out[0]) else None
 
 
 def uses_cublas(sources: list[Path]) -> bool:
@@ -94,14 +116,23 @@ def compile_flags(device: str, fast_math: bool, cublas: bool = False) -> dict[st
     return {"cflags": cflags, "cuda_flags": cuda_flags, "ldflags": ldflags}
 
 
-def fingerprint(sources: list[Path], flags: dict, arch: str, name: str) -> str:
-    import torch
+def _torch_version() -> str:
+    from importlib import metadata
 
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        import torch
+
+        return torch.__version__
+
+
+def fingerprint(sources: list[Path], flags: dict, arch: str, name: str) -> str:
     digest = hashlib.sha256()
     for path in sources + [TEMPLATES / f for f in INFRA_FILES]:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
-    digest.update(json.dumps([flags, arch, name, torch.__version__, sys.version]).encode())
+    digest.update(json.dumps([flags, arch, name, _torch_version(), sys.version]).encode())
     return digest.hexdigest()
 
 
@@ -134,19 +165,42 @@ def build(kernels_dir: str | Path, device: str, fast_math: bool = False,
                            summary=err.summary, log=err.log)
 
 
-def _build(kernels_dir: Path, device: str, fast_math: bool, build_dir, start: float) -> BuildResult:
+def _plan(kernels_dir: Path, device: str, fast_math: bool, build_dir, allow_torch: bool = True):
     sources = kernel_sources(kernels_dir, device)
     flags = compile_flags(device, fast_math, cublas=uses_cublas(sources))
-    arch = cuda_arch_list() if device == "cuda" else ""
+    arch = cuda_arch_list(allow_torch) if device == "cuda" else ""
     name = extension_name(kernels_dir, device)
     out_dir = Path(build_dir) if build_dir else default_build_dir(kernels_dir, device)
+    return sources, flags, arch, name, out_dir
+
+
+def cached_result(kernels_dir: str | Path, device: str, fast_math: bool = False,
+                  build_dir: str | Path | None = None) -> BuildResult | None:
+    """The previous build when nothing changed, checked without importing torch (the CLI's fast path)."""
+    start = time.perf_counter()
+    try:
+        sources, flags, arch, name, out_dir = _plan(Path(kernels_dir).resolve(), device, fast_math, build_dir,
+                                                    allow_torch=False)
+    except BuildError:
+        return None
+    if arch is None:
+        return None
+    stamp = _read_stamp(out_dir / "kernelsmith-stamp.json")
+    if stamp.get("key") != fingerprint(sources, flags, arch, name) or not Path(stamp.get("so_path", "")).is_file():
+        return None
+    return BuildResult(ok=True, cached=True, seconds=time.perf_counter() - start, so_path=stamp["so_path"],
+                       name=name, arch=arch, flags=_flat(flags))
+
+
+def _build(kernels_dir: Path, device: str, fast_math: bool, build_dir, start: float) -> BuildResult:
+    hit = cached_result(kernels_dir, device, fast_math, build_dir)
+    if hit is not None:
+        hit.seconds = time.perf_counter() - start
+        return hit
+    sources, flags, arch, name, out_dir = _plan(kernels_dir, device, fast_math, build_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp_path = out_dir / "kernelsmith-stamp.json"
     key = fingerprint(sources, flags, arch, name)
-    stamp = _read_stamp(stamp_path)
-    if stamp.get("key") == key and Path(stamp.get("so_path", "")).is_file():
-        return BuildResult(ok=True, cached=True, seconds=time.perf_counter() - start,
-                           so_path=stamp["so_path"], name=name, arch=arch, flags=_flat(flags))
     so_path = _run_cpp_extension(name, sources, flags, arch, device, out_dir)
     stamp_path.write_text(json.dumps({"key": key, "so_path": so_path}))
     return BuildResult(ok=True, cached=False, seconds=time.perf_counter() - start,
@@ -175,9 +229,9 @@ def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path) -> str
         cpp_extension.load(
             name=name,
             sources=[str(p) for p in infra + sources],
-            extra_cflags=flags["cflags"],
-            extra_cuda_cflags=flags["cuda_flags"],
-            extra_ldflags=flags["ldflags"],
+            extra_cflags=list(flags["cflags"]),  # copies: cpp_extension appends to these lists
+            extra_cuda_cflags=list(flags["cuda_flags"]),
+            extra_ldflags=list(flags["ldflags"]),
             extra_include_paths=[str(TEMPLATES), str(sources[0].parent)],
             build_directory=str(out_dir),
             with_cuda=(device == "cuda"),

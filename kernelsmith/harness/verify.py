@@ -97,7 +97,7 @@ def _candidate_trial(task, model, seeds, inputs, device, precision, sync, last_o
     trial["aliases_input"] = guards.aliases_any(outputs, inputs)
     trial["mutated_inputs"] = guards.mutated_inputs(inputs, pristine)
     trial["out_bytes"] = loading.nbytes(outputs)
-    trial["outputs"] = [o.detach().cpu().clone() for o in outputs]
+    trial["outputs"] = [o.detach().to("cpu", copy=True) for o in outputs]  # one copy, also from the GPU
     return trial
 
 
