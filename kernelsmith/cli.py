@@ -24,8 +24,8 @@ JsonOpt = typer.Option(False, "--json", help="print one JSON object instead of t
 
 
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
-    STATE["debug"] = debug
+def _root(debug: bool = typer.Option(False, "--debug", help="show tracebacks (accepted anywhere)")) -> None:
+    STATE["debug"] = STATE["debug"] or debug
 
 
 def default_device() -> str:
@@ -221,6 +221,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     """Console entry point: typed errors become one line and an exit code."""
     from kernelsmith.console import err_console
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv:  # accepted anywhere on the line, not only before the command
+        argv.remove("--debug")
+        STATE["debug"] = True
     try:
         code = app(args=argv, prog_name="kernelsmith", standalone_mode=False)
         return code if isinstance(code, int) else 0
@@ -240,14 +244,12 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _unexpected(err: Exception) -> int:
-    import click
-
     from kernelsmith.console import err_console
 
-    if isinstance(err, click.exceptions.ClickException):
-        err_console.print(f"[red]error:[/] {err.format_message()}")
+    if hasattr(err, "format_message") and hasattr(err, "exit_code"):  # click's usage errors (typer vendors click)
+        err_console.print(f"[red]error:[/] {err.format_message()}", soft_wrap=True)
         return 2
-    if isinstance(err, click.exceptions.Abort):
+    if type(err).__name__ == "Abort":
         return 130
     if STATE["debug"]:
         raise err

@@ -16,11 +16,15 @@ DTYPES = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.floa
 
 
 def load_module(path: str | Path, name: str):
-    """Import a Python file as a module, with its folder on sys.path (for `from model import Model`)."""
+    """Import a Python file as a module, with its folder on sys.path (for `from model import Model`).
+
+    The folder goes last: a workdir holds profile.py and build.py, which must not
+    shadow the standard library's `profile` (torch.profiler imports it) or packages.
+    """
     path = Path(path).resolve()
     folder = str(path.parent)
     if folder not in sys.path:
-        sys.path.insert(0, folder)
+        sys.path.append(folder)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")

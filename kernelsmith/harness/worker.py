@@ -27,7 +27,16 @@ def _handlers():
     }
 
 
+def _drop_cwd_from_path() -> None:
+    """`python -m` puts the working directory (the candidate's folder) first on sys.path, where a
+    workdir's profile.py would shadow the standard library's `profile`; loading.load_module
+    appends that folder at the end instead."""
+    cwd = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
+
+
 def main() -> int:
+    _drop_cwd_from_path()
     job = json.loads(sys.stdin.read())
     os.environ["KERNELSMITH_DEVICE"] = job.get("device", "cpu")
     result_path = job["result_path"]

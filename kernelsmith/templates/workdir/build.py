@@ -5,4 +5,5 @@ from pathlib import Path
 
 from kernelsmith.cli import main
 
-sys.exit(main(["compile", str(Path(__file__).resolve().parent), *sys.argv[1:]]))
+if __name__ == "__main__":  # importing this file (e.g. as stdlib `profile`) must do nothing
+    sys.exit(main(["compile", str(Path(__file__).resolve().parent), *sys.argv[1:]]))
