@@ -113,9 +113,6 @@ def test_duplicate_errors_are_merged(source_file):
     assert len(headers) == 2, summary
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the '... and N more' count includes duplicate lines of errors "
-                                       "already shown, so a log whose errors are all shown still says "
-                                       "'and N more'")
 def test_duplicates_do_not_count_as_more_errors():
     # nvcc prints each device-code error once per target architecture
     err = 'kernels/foo.cu(12): error: identifier "y" is undefined'

@@ -335,9 +335,6 @@ def test_output_that_changes_between_runs_is_flagged(tmp_path):
     assert "non_deterministic" in report["flags"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: lint reseeds the global RNG (seeded_inputs: manual_seed) right before "
-                                       "each forward, so training-mode dropout draws the same mask in both runs "
-                                       "and is never flagged non_deterministic")
 def test_dropout_in_training_mode_is_flagged(tmp_path):
     report = check_task(_task(tmp_path, "self.drop = nn.Dropout(0.5)", "return self.drop(x)"), "cpu")
     assert "non_deterministic" in report["flags"]

@@ -226,7 +226,7 @@ def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path) -> str
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
     infra = [TEMPLATES / "binding.cpp"]
     try:
-        cpp_extension.load(
+        module = cpp_extension.load(
             name=name,
             sources=[str(p) for p in infra + sources],
             extra_cflags=list(flags["cflags"]),  # copies: cpp_extension appends to these lists
@@ -241,10 +241,8 @@ def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path) -> str
     except (RuntimeError, subprocess.CalledProcessError, OSError) as err:
         log = str(err)
         raise BuildError(summarize_errors(log), log) from None
-    so_path = out_dir / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
-    if not so_path.exists():
-        so_path = out_dir / f"{name}.so"
-    return str(so_path)
+    # torch renames a second build in one process (name_v1); the module knows its real file
+    return str(Path(module.__file__).resolve())
 
 
 def import_extension(so_path: str, name: str):
@@ -277,7 +275,7 @@ def summarize_errors(log: str, max_errors: int = MAX_ERRORS) -> str:
         match = _ERROR_RE.match(raw.strip())
         if not match:
             continue
-        file, line = match["file"], int(match["line"] or match["line2"])
+        file, line = _error_key(match)
         if (file, line) in seen:
             continue
         seen.add((file, line))
@@ -291,10 +289,14 @@ def summarize_errors(log: str, max_errors: int = MAX_ERRORS) -> str:
             return "link error: " + "; ".join(dict.fromkeys(l.strip() for l in link[:3]))
         tail = [l for l in log.strip().splitlines() if l.strip()][-8:]
         return "build failed:\n" + "\n".join(tail)
-    total = sum(1 for raw in log.splitlines() if _ERROR_RE.match(raw.strip()))
-    if total > len(seen):
-        lines.append(f"... and {total - len(seen)} more error lines")
+    distinct = {_error_key(m) for raw in log.splitlines() if (m := _ERROR_RE.match(raw.strip()))}
+    if len(distinct) > len(seen):
+        lines.append(f"... and {len(distinct) - len(seen)} more errors")
     return "\n".join(lines)
+
+
+def _error_key(match) -> tuple[str, int]:
+    return match["file"], int(match["line"] or match["line2"])
 
 
 def _source_context(path: Path, line: int) -> list[str]:
