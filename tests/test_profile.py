@@ -1,0 +1,101 @@
+"""Profiling on the CPU device: candidates that behave only while verified are caught while timed."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import HONEST
+from kernelsmith.harness.compare import compare
+from kernelsmith.reward import RewardThresholds, milestone_reward
+
+
+def test_every_timed_run_sees_new_inputs(candidate, run_eval, tmp_path):
+    log = tmp_path / "fingerprints.txt"
+    result = run_eval(candidate(f'''
+        import hashlib
+
+        class ModelNew(Base):
+            def forward(self, x):
+                with open({str(log)!r}, "a") as f:
+                    f.write(hashlib.sha1(memoryview(x.numpy()).cast("B")).hexdigest() + "\\n")
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=30)
+    assert result.clean, result.error
+    seen = log.read_text().split()
+    assert len(seen) >= 30 + 5
+    assert len(set(seen)) == len(seen), "an input repeated: a fingerprint cache would get hits"
+
+
+def test_cache_that_starts_after_verification_is_caught(candidate, run_eval):
+    result = run_eval(candidate('''
+        _calls = [0]
+        _cache = {}
+
+        class ModelNew(Base):
+            def forward(self, x):
+                _calls[0] += 1
+                key = x.data_ptr()
+                if _calls[0] > 8 and key in _cache:   # honest while verified, replays while timed
+                    return _cache[key]
+                out = kernel("axpb", x, self.bias)
+                _cache[key] = out
+                return out
+    '''), profile=True, min_runs=30)
+    assert not result.clean and result.reward == -1
+    assert any("wrong output at timed run" in v for v in result.violations), result.violations
+
+
+def test_torch_fallback_that_starts_after_verification_is_caught(candidate, run_eval):
+    result = run_eval(candidate('''
+        _calls = [0]
+
+        class ModelNew(Base):
+            def forward(self, x):
+                _calls[0] += 1
+                if _calls[0] > 8:
+                    return x * 2.0 + self.bias
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=30)
+    assert not result.clean
+    assert any("torch compute" in v for v in result.violations), result.violations
+
+
+def test_profile_reports_spread_and_roofline_inputs(candidate, run_eval):
+    result = run_eval(candidate(HONEST), profile=True, min_runs=20)
+    assert result.clean
+    low, high = result.spread_ms["candidate"]
+    assert low <= result.timings_ms["candidate"] <= high
+    assert result.roofline["min_bytes"] == 2 * 64 * 256 * 4 + 256 * 4
+    assert result.seconds["profile_runs"] >= 20
+
+
+@pytest.mark.parametrize("eager,compiled,expected", [
+    (None, None, 1.0), (1.04, None, 1.0), (1.06, None, 2.0), (1.06, 1.04, 2.0), (1.06, 1.06, 3.0), (0.9, 2.0, 1.0),
+])
+def test_milestone_reward(eager, compiled, expected):
+    assert milestone_reward(True, True, eager, compiled) == expected
+    assert milestone_reward(False, True, eager, compiled) == -1.0
+    assert milestone_reward(True, False, eager, compiled) == -1.0
+
+
+def test_reward_thresholds_are_configurable():
+    strict = RewardThresholds(margin=0.5)
+    assert milestone_reward(True, True, 1.4, 1.4, strict) == 1.0
+    assert milestone_reward(True, True, 1.6, 1.6, strict) == 3.0
+
+
+def test_tolerances_are_per_precision():
+    import torch
+
+    ref = torch.randn(1000, dtype=torch.float64).float()
+    bf16ish = ref.bfloat16().float()
+    assert not compare(bf16ish, ref, "fp32")["ok"]
+    assert compare(bf16ish, ref, "bf16")["ok"]
+    tiny = ref + 5e-6
+    assert compare(tiny, ref, "fp32")["ok"]
+    wrong_dtype = compare(ref.double(), ref, "fp32")
+    assert not wrong_dtype["ok"] and "dtype" in wrong_dtype["reason"]
+    inf_ref = ref.clone()
+    inf_ref[3] = float("inf")
+    assert compare(inf_ref.clone(), inf_ref, "fp32")["ok"]
+    assert not compare(ref, inf_ref, "fp32")["ok"]
