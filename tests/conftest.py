@@ -52,6 +52,11 @@ void axpb_bf16(const float* x, const float* b, float* y, long rows, long n) {
     y[k] = v;
   }
 }
+/* y = x * w + b, w and b broadcast over rows */
+void affine(const float* x, const float* w, const float* b, float* y, long rows, long n) {
+  for (long r = 0; r < rows; ++r)
+    for (long i = 0; i < n; ++i) y[r * n + i] = x[r * n + i] * w[i] + b[i];
+}
 /* computes only the first half of the output */
 void axpb_half(const float* x, const float* b, float* y, long rows, long n) {
   for (long k = 0; k < rows * n / 2; ++k) y[k] = x[k] * 2.0f + b[k % n];

@@ -211,6 +211,60 @@ def test_weights_copied_at_construction(candidate, run_eval):
     rejected(result, "wrong output")
 
 
+CONSTANT_INIT_TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    \"\"\"An affine layer that, like BatchNorm or LayerNorm, initialises to ones and zeros.\"\"\"
+
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.bias = nn.Parameter(torch.zeros(n))
+
+    def forward(self, x):
+        return x * self.weight + self.bias
+
+
+def get_inputs():
+    return [torch.randn(16, 32)]
+
+
+def get_init_inputs():
+    return [32]
+"""
+
+
+def test_ignoring_weights_that_initialise_to_constants(candidate, task_dir):
+    """Rebuilding under a new seed would give the same ones and zeros every trial; the
+    harness perturbs them, so a candidate using its own copy of the init fails."""
+    from kernelsmith.evaluate import EvalOptions, evaluate
+
+    reference = task_dir / "constant_init.py"
+    reference.write_text(CONSTANT_INIT_TASK)
+    body = '''
+        class ModelNew(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(n))
+                self.bias = nn.Parameter(torch.zeros(n))
+                self.init_w, self.init_b = torch.ones(n), torch.zeros(n)
+
+            def forward(self, x):
+                y = torch.empty_like(x)
+                _lib.affine(_ptr(x), _ptr({w}), _ptr({b}), _ptr(y), ctypes.c_long(x.shape[0]), ctypes.c_long(x.shape[1]))
+                return y
+    '''
+    honest = evaluate(reference, candidate(body.format(w="self.weight", b="self.bias")),
+                      EvalOptions(device="cpu", profile=False))
+    assert honest.clean, honest.error
+    stale = evaluate(reference, candidate(body.format(w="self.init_w", b="self.init_b")),
+                     EvalOptions(device="cpu", profile=False))
+    rejected(stale, "wrong output")
+
+
 def test_uninitialised_output(candidate, run_eval):
     result = run_eval(candidate('''
         class ModelNew(Base):

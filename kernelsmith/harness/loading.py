@@ -67,8 +67,27 @@ def seeded_reference(task, seed: int, device: str, precision: str) -> torch.nn.M
     with torch.device(device):
         model = task.Model(*args)
     model = model.to(device)
+    perturb_weights(model, seed, device)
     dtype = DTYPES.get(precision)
     return model.to(dtype) if dtype is not None else model
+
+
+@torch.no_grad()
+def perturb_weights(model: torch.nn.Module, seed: int, device: str) -> None:
+    """Make every trial's weights really differ: modules such as BatchNorm and LayerNorm
+    initialise to constants (ones, zeros) whatever the seed, so a candidate that ignores the
+    loaded weights would pass. Parameters get a multiplicative jitter (x0.75..1.25) plus a
+    little noise; floating buffers (running statistics) only the jitter, which keeps them
+    positive where they must be."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for param in model.parameters():
+        if param.is_floating_point() and param.numel():
+            scale = float(param.abs().mean()) or 1.0
+            param.mul_(torch.rand(param.shape, generator=gen, device=device, dtype=param.dtype) * 0.5 + 0.75)
+            param.add_(torch.randn(param.shape, generator=gen, device=device, dtype=param.dtype) * (0.05 * scale))
+    for buf in model.buffers():
+        if buf.is_floating_point() and buf.numel():
+            buf.mul_(torch.rand(buf.shape, generator=gen, device=device, dtype=buf.dtype) * 0.5 + 0.75)
 
 
 def load_weights(candidate: torch.nn.Module, reference: torch.nn.Module) -> None:
