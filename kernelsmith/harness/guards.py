@@ -179,6 +179,24 @@ class IdentitySnapshot:
         return problems
 
 
+class ProcessGuard:
+    """Taken before the candidate is imported; afterwards says what it patched or switched."""
+
+    def __init__(self):
+        self.identities = IdentitySnapshot()
+        self.flags = backend_flags()
+
+    def violations(self) -> list[str]:
+        found = []
+        patched = self.identities.changed()
+        if patched:
+            found.append("candidate replaced functions the harness relies on: " + ", ".join(patched[:8]))
+        changed = flag_changes(self.flags, backend_flags())
+        if changed:
+            found.append("candidate changed global numeric flags: " + "; ".join(changed))
+        return found
+
+
 def backend_flags() -> dict[str, object]:
     """Global switches that change numerics; the candidate must leave them alone."""
     flags = {

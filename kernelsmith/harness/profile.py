@@ -131,7 +131,7 @@ def run_profile(job: dict) -> dict:
     device, precision = job["device"], job["precision"]
     guards.set_precision_flags(precision)
     clocks = Clocks(device)
-    identities, flags_before = guards.IdentitySnapshot(), guards.backend_flags()
+    process_guard = guards.ProcessGuard()
     task = loading.load_module(job["reference"], "ks_reference")
     candidate_module = loading.load_module(job["candidate"], "ks_candidate")
     reference = loading.seeded_reference(task, job["seed"], device, precision)
@@ -152,7 +152,7 @@ def run_profile(job: dict) -> dict:
         checks = SpotChecker(eager, precision, random.Random(job["seed"]), *_budget(job))
         samples = interleave({"candidate": candidate, "eager": eager}, pool, clocks, flusher,
                              *_budget(job), on_run=checks.maybe_check)
-    violations = _profile_violations(recorder, samples, checks, identities, flags_before, device)
+    violations = _profile_violations(recorder, samples, checks, device) + process_guard.violations()
     return {
         **_platform(device),
         "timings": {name: summarize(s["device"]) for name, s in samples.items()},
@@ -162,17 +162,11 @@ def run_profile(job: dict) -> dict:
     }
 
 
-def _profile_violations(recorder, samples, checks, identities, flags_before, device) -> list[str]:
+def _profile_violations(recorder, samples, checks, device) -> list[str]:
     found = [v for v in (recorder.violation(), checks.failure) if v]
     if device == "cuda":
         found += [f"{name}: {msg}" for name, s in samples.items() if (msg := clock_disagreement(s))]
         found += [msg for msg in [side_stream_violation(samples)] if msg]
-    patched = identities.changed()
-    if patched:
-        found.append("candidate replaced functions the harness relies on: " + ", ".join(patched[:8]))
-    changed = guards.flag_changes(flags_before, guards.backend_flags())
-    if changed:
-        found.append("candidate changed global numeric flags: " + "; ".join(changed))
     return found
 
 

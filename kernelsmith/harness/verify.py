@@ -33,7 +33,7 @@ def run_candidate(job: dict) -> dict:
     out_dir = Path(job["out_dir"])
     sync = device_sync(device)
     guards.set_precision_flags(precision)
-    identities, flags_before = guards.IdentitySnapshot(), guards.backend_flags()
+    process_guard = guards.ProcessGuard()
     task = loading.load_module(job["reference"], "ks_reference")
     loading.require(task, "Model", "get_inputs", "get_init_inputs")
     facts: dict = {"trials": [], "violations": [], "stage": "load"}
@@ -53,7 +53,7 @@ def run_candidate(job: dict) -> dict:
             break
         last_out_bytes = trial["out_bytes"]
         torch.save(trial.pop("outputs"), out_dir / f"trial{i}.pt")
-    facts["violations"] += _process_violations(identities, flags_before)
+    facts["violations"] += process_guard.violations()
     facts["stage"] = "done"
     return facts
 
@@ -117,17 +117,6 @@ def _trial_violations(recorder, profiled, still_recording, outputs, inputs, pris
                      + ", ".join(guards.changed_parameters(model, params)[:5]))
     if guards.state_fingerprint(model) != state_before:
         found.append("forward changed the module's attributes (state kept across calls, e.g. an output cache)")
-    return found
-
-
-def _process_violations(identities, flags_before) -> list[str]:
-    found = []
-    patched = identities.changed()
-    if patched:
-        found.append("candidate replaced functions the harness relies on: " + ", ".join(patched[:8]))
-    changed = guards.flag_changes(flags_before, guards.backend_flags())
-    if changed:
-        found.append("candidate changed global numeric flags: " + "; ".join(changed))
     return found
 
 
