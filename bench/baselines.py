@@ -84,7 +84,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("paths", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2,
+                        help="jobs at a time; each holds its task's inputs on the GPU while it waits for the lock, "
+                             "and the dev set's level-1 inputs reach 6-16 GB, so keep this small")
     parser.add_argument("--timeout", type=float, default=400)
     parser.add_argument("--deadline", type=float, default=540, help="stop starting tasks after this many seconds")
     parser.add_argument("--modes", default=",".join(MODES))

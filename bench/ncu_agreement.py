@@ -41,9 +41,10 @@ def child(reference: Path, candidate: Path) -> None:
     torch.cuda.synchronize()
 
 
-def ncu_kernel_ms(reference: Path, candidate: Path) -> tuple[list[float], str]:
+def ncu_kernel_ms(reference: Path, candidate: Path, kernel: str | None) -> tuple[list[float], str]:
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
-    cmd = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
+    only = ["--kernel-name", f"regex:{kernel}"] if kernel else []
+    cmd = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv", *only,
            sys.executable, __file__, "--child", "--reference", str(reference), "--candidate", str(candidate)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     rows = [r for r in csv.DictReader(io.StringIO(_csv_part(proc.stdout)))
@@ -67,6 +68,7 @@ def main() -> None:
     parser.add_argument("--reference", type=Path, required=True)
     parser.add_argument("--candidate", type=Path, required=True)
     parser.add_argument("--child", action="store_true")
+    parser.add_argument("--kernel", help="regex of the candidate's kernel names (leaves out input generation)")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
     if args.child:
@@ -78,7 +80,7 @@ def main() -> None:
     result = EvalResult(device="cuda")
     profile_step(args.reference.resolve(), candidate.resolve(), EvalOptions(device="cuda", compile_baseline=False),
                  result)
-    per_kernel, log = ncu_kernel_ms(args.reference.resolve(), candidate.resolve())
+    per_kernel, log = ncu_kernel_ms(args.reference.resolve(), candidate.resolve(), args.kernel)
     kernels_per_call = max(1, len(per_kernel) // CALLS)
     per_call = [sum(per_kernel[i:i + kernels_per_call]) for i in range(0, len(per_kernel), kernels_per_call)]
     ncu_ms = statistics.median(per_call) if per_call else None
