@@ -95,7 +95,33 @@ def test_tolerances_are_per_precision():
     assert compare(tiny, ref, "fp32")["ok"]
     wrong_dtype = compare(ref.double(), ref, "fp32")
     assert not wrong_dtype["ok"] and "dtype" in wrong_dtype["reason"]
+    half = ref.half()
+    assert compare(half + half.abs() * 2e-3, half, "fp32")["ok"]  # fp16 outputs get the fp16 tolerance
+    assert not compare(half * 1.1, half, "fp32")["ok"]
     inf_ref = ref.clone()
     inf_ref[3] = float("inf")
     assert compare(inf_ref.clone(), inf_ref, "fp32")["ok"]
     assert not compare(ref, inf_ref, "fp32")["ok"]
+
+
+def test_compile_baselines_are_measured_once_then_cached(candidate, run_eval, tmp_path):
+    """torch.compile runs in a worker without candidate code; the second profile reuses it."""
+    import json
+
+    cache = tmp_path / "baselines.json"
+    path = candidate(HONEST)
+    first = run_eval(path, profile=True, compile_baseline=True, cache_path=cache, min_runs=20)
+    assert first.clean, first.error
+    assert first.timings_ms["compile:default"] > 0
+    assert first.timings_ms["compile:max-autotune-no-cudagraphs"] > 0
+    assert first.compile_mode in ("default", "max-autotune-no-cudagraphs")
+    assert first.speedup_vs_compile == pytest.approx(first.timings_ms["compile"] / first.timings_ms["candidate"])
+    entries = json.loads(cache.read_text())
+    assert len(entries) == 1 and "eager_ms" in next(iter(entries.values()))
+    cached = run_eval(path, profile=True, compile_baseline=True, cache_path=cache, min_runs=20, eager_drift=100.0)
+    assert any("from cache" in note for note in cached.notes), cached.notes
+    assert cached.timings_ms["compile"] == first.timings_ms["compile"]
+    # when live eager has moved further than allowed, the cached entry is not trusted
+    stale = run_eval(path, profile=True, compile_baseline=True, cache_path=cache, min_runs=20, eager_drift=0.0)
+    assert any("re-measured" in note for note in stale.notes), stale.notes
+    assert stale.timings_ms["compile:default"] > 0

@@ -16,6 +16,13 @@ TOLERANCES = {  # (atol, rtol)
     "fp16": (1e-2, 1e-2),
 }
 PRECISIONS = tuple(TOLERANCES)
+_DTYPE_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def tolerance_for(dtype: torch.dtype, precision: str) -> tuple[float, float]:
+    """Per dtype: a half-precision output can never be held to the fp32 tolerance; an fp32 or
+    fp64 output gets the tolerance of the precision mode."""
+    return TOLERANCES[_DTYPE_PRECISION.get(dtype, precision)]
 
 
 def compare(candidate: torch.Tensor, reference: torch.Tensor, precision: str) -> dict:
@@ -36,7 +43,7 @@ CHUNK = 1 << 26  # elements per comparison chunk: bounds the float64 temporaries
 
 
 def _compare_floating(cand: torch.Tensor, ref: torch.Tensor, precision: str) -> dict:
-    atol, rtol = TOLERANCES[precision]
+    atol, rtol = tolerance_for(ref.dtype, precision)
     c_flat, r_flat = cand.reshape(-1), ref.reshape(-1)
     totals = {"extra_nan": 0, "bad_inf": 0, "mismatched": 0, "max_abs_err": 0.0, "max_rel_err": 0.0,
               "sq_err": 0.0, "sq_ref": 0.0, "first": None}
