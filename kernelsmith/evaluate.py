@@ -115,24 +115,29 @@ def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: Eva
 
 
 def _apply_verdicts(facts: dict, judged: dict, opts: EvalOptions, result: EvalResult) -> bool:
-    result.trials = [{k: v for k, v in t.items() if k != "violations"} for t in judged["trials"]]
-    violations = list(facts.get("violations", []))
-    for trial in judged["trials"]:
-        violations += [v for v in trial.get("violations", []) if v not in violations]
-    result.violations = violations
-    failed = [t for t in judged["trials"] if not t["ok"]]
-    if len(judged["trials"]) < opts.trials and not failed:
-        failed = [{"reason": f"only {len(judged['trials'])} of {opts.trials} trials ran"}]
-    if failed:
-        result.reject(f"wrong output in trial {judged['trials'].index(failed[0]) + 1 if failed[0] in judged['trials'] else '?'}"
-                      f" of {opts.trials}: {failed[0]['reason']}", stage="verify")
+    trials = judged["trials"]
+    result.trials = [{k: v for k, v in t.items() if k != "violations"} for t in trials]
+    result.violations = list(dict.fromkeys(facts.get("violations", []) +
+                                           [v for t in trials for v in t.get("violations", [])]))
+    failure = _first_failure(trials, opts.trials)
+    if failure:
+        result.reject(failure, stage="verify")
         return False
     result.correct = True
-    if violations:
+    if result.violations:
         result.stage = "verify"
-        result.error = "rejected: " + violations[0]
+        result.error = "rejected: " + result.violations[0]
         return False
     return True
+
+
+def _first_failure(trials: list[dict], wanted: int) -> str:
+    for number, trial in enumerate(trials, start=1):
+        if not trial["ok"]:
+            return f"wrong output in trial {number} of {wanted}: {trial['reason']}"
+    if len(trials) < wanted:
+        return f"only {len(trials)} of {wanted} trials ran"
+    return ""
 
 
 def profile_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> None:
