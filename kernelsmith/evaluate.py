@@ -64,7 +64,7 @@ def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
 
 def finish(result: EvalResult, opts: EvalOptions) -> EvalResult:
     result.reward = reward_for(result, opts.thresholds)
-    if result.correct and not result.violations and result.stage != "profile-failed":
+    if result.correct and not result.violations:
         result.stage = "done"
     return result
 
