@@ -42,7 +42,7 @@ def _check_choice(value: str, choices, flag: str) -> str:
 
 def _options(device, precision, trials=5, profile=True, **extra):
     from kernelsmith.evaluate import EvalOptions
-    from kernelsmith.harness.compare import PRECISIONS
+    from kernelsmith.harness.result import PRECISIONS
 
     device = _check_choice(device or default_device(), ("cuda", "cpu"), "--device")
     if device == "cuda" and default_device() != "cuda":

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import torch
 
+from kernelsmith.harness.result import PRECISIONS
+
 TOLERANCES = {  # (atol, rtol)
     "fp32": (1e-4, 1e-4),
     "tf32": (1e-2, 1e-2),
     "bf16": (2e-2, 2e-2),
     "fp16": (1e-2, 1e-2),
 }
-PRECISIONS = tuple(TOLERANCES)
+assert tuple(TOLERANCES) == PRECISIONS
 _DTYPE_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from kernelsmith import HARNESS_VERSION
 
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
 
 @dataclass
 class EvalResult:
