@@ -125,3 +125,28 @@ def test_compile_baselines_are_measured_once_then_cached(candidate, run_eval, tm
     stale = run_eval(path, profile=True, compile_baseline=True, cache_path=cache, min_runs=20, eager_drift=0.0)
     assert any("re-measured" in note for note in stale.notes), stale.notes
     assert stale.timings_ms["compile:default"] > 0
+
+
+def test_one_profile_at_a_time(candidate, run_eval, tmp_path, monkeypatch):
+    """While another profile holds the device lock, a profile waits for it."""
+    import threading
+    import time
+
+    from kernelsmith.harness.timing import gpu_lock
+
+    monkeypatch.setenv("KERNELSMITH_LOCK_DIR", str(tmp_path / "locks"))  # workers inherit it
+    path = candidate(HONEST)
+    finished = {}
+
+    def profile():
+        finished["result"] = run_eval(path, profile=True, min_runs=10)
+        finished["at"] = time.monotonic()
+
+    with gpu_lock("cpu"):
+        worker = threading.Thread(target=profile)
+        worker.start()
+        time.sleep(30)  # longer than a whole unlocked verify + profile of this task (about 15 s)
+        released = time.monotonic()
+    worker.join(timeout=300)
+    assert finished["result"].clean, finished["result"].error
+    assert finished["at"] > released
