@@ -150,3 +150,25 @@ def test_one_profile_at_a_time(candidate, run_eval, tmp_path, monkeypatch):
     worker.join(timeout=300)
     assert finished["result"].clean, finished["result"].error
     assert finished["at"] > released
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_input_pool_never_repeats_values(task_dir, monkeypatch, large):
+    import torch
+
+    from kernelsmith.harness import loading, profile
+
+    if large:  # every set counts as large: two sets, rescaled in place, no pristine copies
+        monkeypatch.setattr(profile, "LARGE_INPUT_BYTES", 0)
+    task = loading.load_module(task_dir / "model.py", "pool_task")
+    pool = profile.InputPool(task, [11, 12, 13, 14], "cpu", "fp32")
+    assert len(pool.slots) == (2 if large else 4)
+    assert (pool.sources is pool.slots) == large
+    first = loading.seeded_inputs(task, 11, "cpu", "fp32")[0]
+    seen = set()
+    for _ in range(40):
+        x = pool.next()[0]
+        seen.add(hash(x.numpy().tobytes()))
+        assert x.data_ptr() in {s[0].data_ptr() for s in pool.slots}
+    assert len(seen) == 40
+    assert torch.allclose(pool.slots[0][0], first, rtol=0.02)  # the distribution is kept
