@@ -59,6 +59,17 @@ def run_task(path: Path, modes: tuple[str, ...], timeout: float) -> dict:
     return row
 
 
+def previous_rows(paths: list[Path], modes) -> dict:
+    """Successful rows of earlier runs that measured every requested mode, by (level, task)."""
+    done = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if "eager_ms" in row and all(f"compile_{m}_ms" in row for m in modes):
+                done[(row["level"], row["task"])] = row
+    return done
+
+
 def regime(ms: float) -> str:
     return "launch-bound (<20 us)" if ms < 0.02 else ("us" if ms < 1 else "ms")
 
@@ -90,9 +101,13 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=400)
     parser.add_argument("--deadline", type=float, default=540, help="stop starting tasks after this many seconds")
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--previous", type=Path, nargs="*", default=[],
+                        help="baselines.jsonl files of earlier runs: tasks measured there are not run again")
     args = parser.parse_args()
     modes = tuple(m for m in args.modes.split(",") if m)
-    files, rows, start = task_files(args.paths), [], time.monotonic()
+    done = previous_rows(args.previous, modes)
+    files = [f for f in task_files(args.paths) if (level_of(f), f.stem) not in done]
+    rows, start = list(done.values()), time.monotonic()
     log = open(args.out / "baselines.jsonl", "a")
 
     def guarded(path):
@@ -106,7 +121,7 @@ def main() -> None:
             rows.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()
-            print(f"[{len(rows)}/{len(files)}] {row['level']}/{row['task']}: "
+            print(f"[{len(rows) - len(done)}/{len(files)}] {row['level']}/{row['task']}: "
                   f"{row.get('error') or row.get('eager_ms')}", flush=True)
     table = markdown(rows, modes)
     (args.out / "baselines.md").write_text(table + "\n")
