@@ -45,8 +45,7 @@ def run_candidate(job: dict) -> dict:
     facts["stage"] = "trials"
     last_out_bytes, buffers = 0, None
     for i, seeds in enumerate(job["seeds"]):
-        inputs = loading.seeded_inputs(task, seeds["inputs"], device, precision)
-        buffers = reuse_buffers(buffers, inputs)
+        buffers = reuse_buffers(buffers, loading.seeded_inputs(task, seeds["inputs"], device, precision))
         trial = _candidate_trial(task, model, seeds, buffers, device, precision, sync, last_out_bytes)
         facts["trials"].append(trial)
         if trial.get("error"):
