@@ -207,8 +207,11 @@ def test_cu_files_only_build_for_cuda(tmp_path):
     for name in ("a.cpp", "b.cu", "c.cc", "notes.txt", "d.cuh"):
         (tmp_path / name).write_text("// x\n")
     (tmp_path / "sub.cpp").mkdir()  # a folder is not a source
-    assert [p.name for p in build.kernel_sources(tmp_path, "cpu")] == ["a.cpp", "c.cc"]
     assert [p.name for p in build.kernel_sources(tmp_path, "cuda")] == ["a.cpp", "b.cu", "c.cc"]
+    with pytest.raises(build.BuildError, match="CUDA sources"):  # a CUDA folder built for the CPU
+        build.kernel_sources(tmp_path, "cpu")
+    (tmp_path / "b.cu").unlink()
+    assert [p.name for p in build.kernel_sources(tmp_path, "cpu")] == ["a.cpp", "c.cc"]
 
 
 def test_empty_kernels_dir_fails_readably(tmp_path, monkeypatch):
@@ -228,7 +231,7 @@ def test_cu_only_kernels_dir_fails_readably_on_cpu(tmp_path, monkeypatch):
     (kernels / "k.cu").write_text(CU_OK)
     result = build.build(kernels, "cpu")
     assert not result.ok
-    assert "no kernel sources" in result.summary
+    assert "CUDA sources" in result.summary and "--device cuda" in result.summary
 
 
 # --- one real CPU build --------------------------------------------------------------------------

@@ -53,6 +53,9 @@ class BuildResult:
 def kernel_sources(kernels_dir: Path, device: str) -> list[Path]:
     """The translation units to build: .cpp always, .cu only for CUDA."""
     suffixes = {".cpp", ".cc", ".cu"} if device == "cuda" else {".cpp", ".cc"}
+    if device == "cpu" and any(p.suffix == ".cu" for p in kernels_dir.iterdir()):
+        raise BuildError(f"{kernels_dir} holds CUDA sources (.cu): build it with --device cuda "
+                         "(the CPU target takes .cpp kernels only)", "")
     files = sorted(p for p in kernels_dir.iterdir() if p.is_file() and p.suffix in suffixes)
     if not files:
         raise BuildError(f"no kernel sources in {kernels_dir} (expected {', '.join(sorted(suffixes))})", "")
