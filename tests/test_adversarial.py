@@ -103,6 +103,18 @@ def test_patched_torch_function_is_reported(candidate, run_eval):
     rejected(result, "replaced functions", "torch.nn.functional.gelu")
 
 
+def test_patched_tensor_operator_is_reported(candidate, run_eval):
+    """Operators are inherited from torch._C.TensorBase; replacing one on torch.Tensor is seen."""
+    result = run_eval(candidate('''
+        torch.Tensor.__sub__ = lambda a, b: torch.zeros_like(a)
+
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb", x, self.bias)
+    '''))
+    rejected(result, "replaced functions", "torch.Tensor.__sub__")
+
+
 def test_patched_clock_is_reported_and_not_used(candidate, run_eval):
     result = run_eval(candidate('''
         import time

@@ -141,6 +141,18 @@ def _watched_namespaces() -> dict[str, object]:
 
 
 def _members(space) -> dict[str, object]:
+    """A module's own attributes; for a class, everything it resolves through its MRO, so that
+    patching an inherited method (torch.Tensor.__sub__ lives on TensorBase) is seen too."""
+    if isinstance(space, type):
+        import inspect
+
+        found = {}
+        for name in dir(space):
+            try:
+                found[name] = inspect.getattr_static(space, name)
+            except AttributeError:
+                continue
+        return found
     try:
         return dict(vars(space))
     except TypeError:
@@ -170,8 +182,8 @@ class IdentitySnapshot:
         for name, before in self.spaces.items():
             after = _members(current.get(name))
             for attr, obj in before.items():
-                if attr.startswith("__") or not callable(obj) and not isinstance(obj, type):
-                    continue
+                if not callable(obj) and not isinstance(obj, type):
+                    continue  # data (flags, constants) is not a function the harness calls
                 if attr in after and not _same_function(obj, after[attr]):
                     problems.append(f"{name}.{attr}")
                 elif attr not in after:
