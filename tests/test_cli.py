@@ -177,6 +177,10 @@ def get_init_inputs():
     assert verified.returncode == 0, verified.stdout
     result = json.loads(verified.stdout)
     assert result["correct"] and result["violations"] == [] and result["build"]["cached"]
+    profiled = ks("profile", workdir, "--min-runs", "10", "--json")
+    assert profiled.returncode == 0, profiled.stdout
+    timing = json.loads(profiled.stdout)
+    assert timing["timings_ms"]["candidate"] > 0 and timing["speedup_vs_eager"] > 0 and timing["reward"] >= 1
     # the wrappers in the workdir call the same harness
     wrapper = subprocess.run([sys.executable, "verify.py", "--json"], cwd=workdir, capture_output=True, text=True)
     assert wrapper.returncode == 0 and json.loads(wrapper.stdout)["correct"]
