@@ -80,7 +80,7 @@ class ProfiledOps:
     """Second, C++-level recorder: torch's profiler (RecordFunction) sees every dispatcher op,
     also those run after the Python dispatch mode was popped or disabled."""
 
-    def __init__(self, device: str):
+    def __init__(self):
         from torch.profiler import ProfilerActivity, profile
 
         self.profiler = profile(activities=[ProfilerActivity.CPU])

@@ -40,19 +40,24 @@ def _become_subreaper() -> None:
             pass
 
 
-def _children_of(pid: int) -> list[int]:
+def _pids_where(field: int, value: int) -> list[int]:
+    """PIDs whose /proc/PID/stat field (counted after the command name) equals value:
+    field 1 is the parent pid, field 3 the session id."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid:
+        if int(fields[field]) == value:
             found.append(int(entry.name))
     return found
+
+
+def _children_of(pid: int) -> list[int]:
+    return _pids_where(1, pid)
 
 
 def _job_of(pid: int) -> str:
@@ -89,19 +94,6 @@ def kill_strays(job_id: str) -> int:
     return killed
 
 
-def _session_members(sid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid:  # field 6 of /proc/PID/stat: session id
-                members.append(int(entry.name))
-    return members
-
-
 def _kill_group(proc: subprocess.Popen) -> None:
     """Kill the worker's process group and anything else still in its session."""
     try:
@@ -109,7 +101,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     if Path("/proc").is_dir():
-        for pid in _session_members(proc.pid):
+        for pid in _pids_where(3, proc.pid):  # the rest of the worker's session
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -141,7 +133,7 @@ def scratch_root() -> str | None:
     return None
 
 
-def run_job(job: dict, timeout: float, env: dict | None = None) -> dict:
+def run_job(job: dict, timeout: float) -> dict:
     """Run one job in a fresh worker; return its value or raise JobFailed."""
     _become_subreaper()
     with tempfile.TemporaryDirectory(prefix="ks-job-", dir=scratch_root()) as tmp:
@@ -150,22 +142,22 @@ def run_job(job: dict, timeout: float, env: dict | None = None) -> dict:
         job.setdefault("out_dir", str(Path(tmp) / "out"))
         Path(job["out_dir"]).mkdir(parents=True, exist_ok=True)
         log_path = Path(tmp) / "worker.log"
-        code = _spawn_and_wait(job, timeout, env, log_path)
+        code = _spawn_and_wait(job, timeout, log_path)
         return _read_answer(job, code, log_path.read_text(errors="replace"), timeout)
 
 
-def run_jobs_sharing_dir(jobs_fn, timeout: float, env: dict | None = None):
+def run_jobs_sharing_dir(jobs_fn, timeout: float):
     """Run dependent jobs that share one private out_dir (e.g. candidate then judge)."""
     _become_subreaper()
     with tempfile.TemporaryDirectory(prefix="ks-jobs-", dir=scratch_root()) as tmp:
         os.chmod(tmp, 0o700)
         out_dir = Path(tmp) / "shared"
         out_dir.mkdir()
-        return jobs_fn(lambda job: run_job({**job, "out_dir": str(out_dir)}, timeout, env))
+        return jobs_fn(lambda job: run_job({**job, "out_dir": str(out_dir)}, timeout))
 
 
-def _worker_env(job: dict, env: dict | None) -> dict:
-    merged = {**os.environ, **(env or {})}
+def _worker_env(job: dict) -> dict:
+    merged = dict(os.environ)
     merged["KERNELSMITH_DEVICE"] = job.get("device", "cpu")
     merged["PYTHONUNBUFFERED"] = "1"
     merged["KERNELSMITH_JOB_ID"] = job["job_id"]
@@ -173,24 +165,20 @@ def _worker_env(job: dict, env: dict | None) -> dict:
     return merged
 
 
-def _spawn_and_wait(job: dict, timeout: float, env: dict | None, log_path: Path) -> int | None:
+def _spawn_and_wait(job: dict, timeout: float, log_path: Path) -> int | None:
     job["job_id"] = uuid.uuid4().hex
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kernelsmith.harness.worker"],
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-            env=_worker_env(job, env), start_new_session=True, cwd=job.get("cwd"),
+            env=_worker_env(job), start_new_session=True, cwd=job.get("cwd"),
         )
         try:
             _send(proc, job)
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None
-        except KeyboardInterrupt:
-            _kill_group(proc)
-            proc.wait()
-            raise
-        finally:
+        finally:  # also on Ctrl-C: the worker and its strays die before the interrupt goes on
             _kill_group(proc)
             proc.wait()
             kill_strays(job["job_id"])

@@ -87,13 +87,11 @@ class L2Flusher:
 
 def _load_cudart():
     """libcudart of the running torch, for the persisting-L2 calls torch does not expose."""
-    candidates = []
-    torch_lib = Path(torch.__file__).parent / "lib"
-    candidates += glob.glob(str(torch_lib / "libcudart*.so*"))
-    for site in {str(Path(torch.__file__).parent.parent)}:
-        candidates += glob.glob(f"{site}/nvidia/cu*/lib/libcudart.so*")
-        candidates += glob.glob(f"{site}/nvidia/cuda_runtime/lib/libcudart.so*")
-    candidates += ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
+    site = Path(torch.__file__).parent.parent
+    candidates = (glob.glob(str(site / "torch" / "lib" / "libcudart*.so*"))
+                  + glob.glob(str(site / "nvidia" / "cu*" / "lib" / "libcudart.so*"))
+                  + glob.glob(str(site / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so*"))
+                  + ["libcudart.so", "libcudart.so.13", "libcudart.so.12"])
     for name in candidates:
         try:
             return ctypes.CDLL(name)

@@ -78,7 +78,7 @@ def _candidate_trial(task, model, seeds, inputs, device, precision, sync, last_o
     guards.poison(max(last_out_bytes, loading.nbytes(inputs)), device)
     params, threads_before = guards.parameter_values(model), guards.python_threads()
     state_before = guards.state_fingerprint(model)
-    recorder, profiled = guards.OpRecorder(), guards.ProfiledOps(device)
+    recorder, profiled = guards.OpRecorder(), guards.ProfiledOps()
     start = time.perf_counter()
     with profiled, torch.no_grad(), recorder:
         out = model(*inputs)
