@@ -195,7 +195,7 @@ def default_cache_path(reference: Path) -> Path:
 def apply_compile_baselines(reference: Path, opts: EvalOptions, prof: dict, result: EvalResult) -> None:
     cache_path = opts.cache_path or default_cache_path(reference)
     key = f"{task_key(reference, opts)}|{prof.get('gpu')}|{prof.get('torch')}"
-    cache = _read_json(cache_path)
+    cache = build.read_json(cache_path)
     entry = cache.get(key)
     live_eager = prof["timings"]["eager"]["median"]
     if entry is not None and abs(entry["eager_ms"] - live_eager) > opts.eager_drift * live_eager:
@@ -230,13 +230,6 @@ def measure_baselines(reference: Path, opts: EvalOptions) -> dict | None:
     return {"eager_ms": timings["eager"]["median"],
             "compile_ms": {name.split(":", 1)[1]: t["median"] for name, t in timings.items() if name.startswith("compile:")},
             "warmup_s": value["warmup_s"], "measured_at": time.time()}
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -188,7 +188,7 @@ def cached_result(kernels_dir: str | Path, device: str, fast_math: bool = False,
         return None
     if arch is None:
         return None
-    stamp = _read_stamp(out_dir / "kernelsmith-stamp.json")
+    stamp = read_json(out_dir / "kernelsmith-stamp.json")
     if stamp.get("key") != fingerprint(sources, flags, arch, name) or not Path(stamp.get("so_path", "")).is_file():
         return None
     return BuildResult(ok=True, cached=True, seconds=time.perf_counter() - start, so_path=stamp["so_path"],
@@ -214,9 +214,10 @@ def _flat(flags: dict) -> list[str]:
     return [f for group in flags.values() for f in group]
 
 
-def _read_stamp(path: Path) -> dict:
+def read_json(path: Path) -> dict:
+    """A JSON file's object, or {} when it is missing or unreadable (stamps, caches)."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return {}
 
