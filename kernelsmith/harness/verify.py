@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from kernelsmith.harness import compare as cmp
-from kernelsmith.harness import guards, loading
+from kernelsmith.harness import guards, loading, transfer
 
 CONSTRUCT_SEED_OFFSET = 7_919  # ModelNew is built under another seed than any trial's weights
 
@@ -51,7 +51,7 @@ def run_candidate(job: dict) -> dict:
         if trial.get("error"):
             break
         last_out_bytes = trial["out_bytes"]
-        torch.save(trial.pop("outputs"), out_dir / f"trial{i}.pt")
+        transfer.save_outputs(trial.pop("outputs"), out_dir / f"trial{i}.bin")
     facts["violations"] += process_guard.violations()
     facts["stage"] = "done"
     return facts
@@ -96,7 +96,7 @@ def _candidate_trial(task, model, seeds, inputs, device, precision, sync, last_o
     trial["aliases_input"] = guards.aliases_any(outputs, inputs)
     trial["mutated_inputs"] = guards.mutated_inputs(inputs, pristine)
     trial["out_bytes"] = loading.nbytes(outputs)
-    trial["outputs"] = [o.detach().to("cpu", copy=True) for o in outputs]  # one copy, also from the GPU
+    trial["outputs"] = outputs  # saved at once by the caller, before the next trial can overwrite them
     return trial
 
 
@@ -126,7 +126,7 @@ def judge(job: dict, facts: dict) -> dict:
     task = loading.load_module(job["reference"], "ks_reference")
     verdicts = []
     for i, (seeds, trial) in enumerate(zip(job["seeds"], facts["trials"])):
-        verdicts.append(_judge_trial(task, seeds, trial, Path(job["out_dir"]) / f"trial{i}.pt",
+        verdicts.append(_judge_trial(task, seeds, trial, Path(job["out_dir"]) / f"trial{i}.bin",
                                      device, precision))
     return {"trials": verdicts}
 
@@ -139,7 +139,7 @@ def _judge_trial(task, seeds, trial, saved: Path, device, precision) -> dict:
     pristine = loading.clone_all(inputs)
     with torch.no_grad():
         reference = guards.flatten_outputs(model(*inputs))
-    candidate = torch.load(saved, weights_only=True, map_location=device)
+    candidate = transfer.load_outputs(saved)  # mapped; compare copies each to the device
     verdict = cmp.compare_all(candidate, [r.detach() for r in reference], precision)
     verdict["violations"] = list(trial.get("violations", []))
     if trial.get("aliases_input") and not guards.aliases_any(reference, inputs):
