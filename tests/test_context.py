@@ -276,7 +276,9 @@ def test_stubs_are_not_stubbed_again():
 
 def test_note_is_prefixed_once():
     out, _ = compact(session(2), 10**9, f"{NOTE_PREFIX} best v1")
-    assert out[1]["content"].count(NOTE_PREFIX) == 1 and out[1]["content"].endswith("best v1")
+    assert out[1] == {"role": "user", "content": f"{NOTE_PREFIX} best v1"}
+    out, _ = compact(session(2), 10**9, "best v1")
+    assert out[1]["content"].startswith(NOTE_PREFIX) and out[1]["content"].endswith("\nbest v1")
 
 
 # --- counting --------------------------------------------------------------------------------

@@ -182,8 +182,10 @@ def _is_note(message: dict) -> bool:
 
 
 def _note_message(state_note: str) -> dict:
-    body = state_note[len(NOTE_PREFIX):].lstrip() if state_note.startswith(NOTE_PREFIX) else state_note
-    return {"role": "user", "content": f"{NOTE_PREFIX} {NOTE_PREAMBLE}\n{body}".rstrip()}
+    """The note as a user message; a note that brings its own prefix is taken as written."""
+    if state_note.startswith(NOTE_PREFIX):
+        return {"role": "user", "content": state_note}
+    return {"role": "user", "content": f"{NOTE_PREFIX} {NOTE_PREAMBLE}\n{state_note}".rstrip()}
 
 
 def _recent_start(messages: list[dict], keep_recent: int) -> int:
