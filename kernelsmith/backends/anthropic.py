@@ -1,0 +1,140 @@
+"""The Anthropic Messages API backend (streamed, with prompt caching)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anthropic
+
+from kernelsmith.backends.base import (BackendError, BackendUnavailable, Reply, TextSink, ToolCall,
+                                       ToolSpec, Usage)
+from kernelsmith.backends.pricing import cost_usd
+
+CACHE = {"type": "ephemeral"}
+# Retryable statuses: the SDK already retried these, so reaching us means it gave up.
+TRANSIENT = {408, 409, 429}
+
+
+class AnthropicBackend:
+    name = "anthropic"
+
+    def __init__(self, model: str, api_key: str | None = None, base_url: str | None = None,
+                 max_tokens: int = 8192, max_retries: int = 4, timeout_s: float = 600.0):
+        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not key:
+            raise BackendError("ANTHROPIC_API_KEY is not set",
+                               hint="export it, or use --backend openai / --base-url ...")
+        self.model = model
+        self.max_tokens = max_tokens
+        # An explicit api_key keeps the SDK from looking for profiles or other credentials.
+        self.client = anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=max_retries,
+                                          timeout=timeout_s)
+
+    def complete(self, system: str, messages: list[dict], tools: list[ToolSpec],
+                 on_text: TextSink | None = None) -> Reply:
+        request = {"model": self.model, "max_tokens": self.max_tokens,
+                   "system": [{"type": "text", "text": system, "cache_control": CACHE}],
+                   "messages": to_wire(messages), "tools": tools_to_wire(tools)}
+        if not request["tools"]:
+            del request["tools"]
+        try:
+            with self.client.messages.stream(**request) as stream:
+                for event in stream:
+                    if event.type == "text" and on_text is not None:
+                        on_text(event.text)
+                message = stream.get_final_message()
+        except Exception as err:
+            mapped = self._map_error(err)
+            if mapped is None:
+                raise
+            raise mapped from err
+        return reply_from(message, self.model)
+
+    def _map_error(self, err: Exception) -> BackendError | None:
+        """One-line BackendError for an SDK or transport failure; None for anything else (a bug)."""
+        url = str(self.client.base_url).rstrip("/")
+        if isinstance(err, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
+            return BackendError(f"the API key was rejected by {url}",
+                                hint="check ANTHROPIC_API_KEY")
+        if isinstance(err, anthropic.NotFoundError):
+            return BackendError(f"model {self.model!r} is not known to {url}",
+                                hint="check --model; local servers name models freely, see their /v1/models")
+        if isinstance(err, anthropic.APIConnectionError):  # includes APITimeoutError
+            return BackendUnavailable(f"cannot reach {url}: {one_line(str(err))}",
+                                      hint="check --base-url and the network, or try later")
+        if isinstance(err, anthropic.APIStatusError):
+            if err.status_code in TRANSIENT or err.status_code >= 500 or _is_overload(err):
+                return BackendUnavailable(f"{url} is unavailable: {server_message(err)}",
+                                          hint="retries ran out; try later")
+            return BackendError(f"{url} refused the request: {server_message(err)}",
+                                hint="see the message; check --model")
+        if type(err).__module__.split(".")[0] in ("httpx", "httpx2"):  # a stream cut halfway
+            return BackendUnavailable(f"the connection to {url} broke: {one_line(str(err))}",
+                                      hint="try again")
+        return None
+
+
+def tools_to_wire(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+    """Tool definitions; the last one carries the cache breakpoint (tools come before system)."""
+    wire = [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools]
+    if wire:
+        wire[-1]["cache_control"] = CACHE
+    return wire
+
+
+def to_wire(messages: list[dict]) -> list[dict[str, Any]]:
+    """Neutral messages -> Anthropic messages with strictly alternating roles."""
+    wire: list[dict[str, Any]] = []
+    for msg in messages:
+        role = "assistant" if msg["role"] == "assistant" else "user"
+        blocks = _blocks(msg)
+        if not blocks:  # the API rejects empty content lists and empty text blocks
+            continue
+        if wire and wire[-1]["role"] == role:
+            wire[-1]["content"].extend(blocks)
+        else:
+            wire.append({"role": role, "content": blocks})
+    return wire
+
+
+def _blocks(msg: dict) -> list[dict[str, Any]]:
+    text = msg.get("content") or ""
+    if msg["role"] == "tool":
+        return [{"type": "tool_result", "tool_use_id": msg["tool_call_id"], "content": text or "(no output)"}]
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
+    for call in msg.get("tool_calls") or []:
+        blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"], "input": call["arguments"]})
+    return blocks
+
+
+def reply_from(message: Any, requested_model: str) -> Reply:
+    model = message.model or requested_model
+    text = "".join(b.text for b in message.content if b.type == "text")
+    calls = [ToolCall(b.id, b.name, dict(b.input or {})) for b in message.content if b.type == "tool_use"]
+    u = message.usage
+    usage = Usage(input_tokens=u.input_tokens or 0, output_tokens=u.output_tokens or 0,
+                  cache_read_tokens=u.cache_read_input_tokens or 0,
+                  cache_write_tokens=u.cache_creation_input_tokens or 0)
+    usage.cost_usd = cost_usd(model, usage) or 0.0
+    return Reply(text=text, tool_calls=calls, usage=usage, stop_reason=message.stop_reason or "", model=model)
+
+
+def _is_overload(err: anthropic.APIStatusError) -> bool:
+    """An error event inside a 200 stream (e.g. overloaded_error) is transient too."""
+    body = err.body.get("error") if isinstance(err.body, dict) else None
+    return isinstance(body, dict) and body.get("type") in ("overloaded_error", "api_error")
+
+
+def server_message(err: Exception) -> str:
+    """The server's own error text from an SDK status error, on one line."""
+    body = getattr(err, "body", None)
+    while isinstance(body, dict) and isinstance(body.get("error"), (dict, str)):
+        body = body["error"]
+    text = body.get("message") if isinstance(body, dict) else body
+    return one_line(str(text or err))
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
