@@ -133,20 +133,12 @@ def compile_cmd(workdir: Optional[Path] = typer.Argument(None, help="workdir (de
 
 
 def _evaluate_workdir(workdir: Optional[Path], profile: bool, **opts_kw):
-    from kernelsmith import workdir as wd
-    from kernelsmith.evaluate import evaluate
+    from kernelsmith.evaluate import evaluate_workdir
 
     path, config = _workdir(workdir)
     opts_kw["device"] = opts_kw.get("device") or config.device
     opts_kw["precision"] = opts_kw.get("precision") or config.precision
-    opts = _options(profile=profile, **opts_kw)
-    result = evaluate(path / "model.py", path / "model_new.py", opts)
-    for violation in wd.fixed_file_changes(path, config):
-        result.violations.append(violation)
-        result.error = result.error or "rejected: " + violation
-    if result.violations:
-        result.reward = -1.0
-    return result
+    return evaluate_workdir(path, _options(profile=profile, **opts_kw))
 
 
 def _emit(result, as_json: bool, title: str) -> None:
@@ -215,6 +207,60 @@ def doctor(as_json: bool = JsonOpt) -> None:
     else:
         render(checks)
     raise typer.Exit(0 if all(c.ok or not c.required for c in checks) else 1)
+
+
+@app.command()
+def optimize(task: Optional[str] = typer.Argument(None, help="KernelBench-format file or FILE:CLASS (omit with --resume)"),
+             workdir: Optional[Path] = typer.Option(None, "--workdir", "-w", help="workdir to create or reuse"),
+             backend: Optional[str] = typer.Option(None, "--backend", help="anthropic, openai, scripted or builtin"),
+             model: Optional[str] = typer.Option(None, "--model", help="model name, passed as given"),
+             base_url: Optional[str] = typer.Option(None, "--base-url", help="API endpoint (any OpenAI-compatible server)"),
+             script: Optional[str] = typer.Option(None, "--script", help="scripted backend: turns JSON or events.jsonl"),
+             device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt,
+             max_turns: Optional[int] = typer.Option(None, "--max-turns", help="model calls (default 200)"),
+             max_cost: Optional[float] = typer.Option(None, "--max-cost", help="USD"),
+             timeout: Optional[float] = typer.Option(None, "--timeout", help="minutes"),
+             inputs: List[str] = typer.Option([], "--input", help="input spec for FILE:CLASS, e.g. 'float32[8,1024]'"),
+             init_args: Optional[str] = typer.Option(None, "--init-args", help="constructor args, e.g. '[1024, 0.5]'"),
+             as_json: bool = typer.Option(False, "--json", help="print the session events as JSONL"),
+             resume: Optional[str] = typer.Option(None, "--resume", help="session id (or prefix) to continue")) -> None:
+    """Run the agent: write, compile, verify and profile kernels; commit each new best to git."""
+    from kernelsmith.agent import run as session
+    from kernelsmith.backends import create_backend
+    from kernelsmith.config import load_settings
+
+    flags = {"backend": backend, "model": model, "base_url": base_url, "script": script, "device": device,
+             "precision": precision, "max_turns": max_turns, "max_cost": max_cost, "timeout_min": timeout}
+    settings = load_settings(flags, [Path.cwd()] + ([workdir] if workdir else []))
+    _check_budget(settings)
+    if resume:
+        folder = (workdir or Path.cwd()).resolve()
+        raise typer.Exit(_run_session(
+            lambda listeners, on_text: session.resume(settings, folder, resume, listeners, on_text), as_json))
+    create_backend(settings)  # a missing key or bad flag fails before a workdir is created
+    opts = _options(settings.device, settings.precision)
+    path = session.prepare_workdir(task, workdir, opts.device, opts.precision, inputs, init_args)
+    raise typer.Exit(_run_session(lambda listeners, on_text: session.start(settings, path, listeners, on_text), as_json))
+
+
+def _check_budget(settings) -> None:
+    if settings.max_turns < 1:
+        raise BadInput("--max-turns must be at least 1")
+    if settings.max_cost is not None and settings.max_cost <= 0:
+        raise BadInput("--max-cost must be positive")
+
+
+def _run_session(run, as_json: bool) -> int:
+    """Run with the live view, or with events as JSONL on stdout."""
+    from kernelsmith.console import SessionView
+
+    if as_json:
+        def print_event(event):
+            print(json.dumps(event, default=str), flush=True)
+
+        return run([print_event], None).exit_code
+    with SessionView() as view:
+        return run([view], view.on_text).exit_code
 
 
 def main(argv: Optional[list[str]] = None) -> int:

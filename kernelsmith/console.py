@@ -62,3 +62,116 @@ def render_timings(result: EvalResult) -> None:
         console.print(f"roofline: {roof['min_bytes'] / 1e6:.1f} MB, {roof['flops'] / 1e9:.2f} GFLOP; "
                       f"{roof['pct_of_bandwidth']:.1f}% of bandwidth, {roof['pct_of_flops']:.1f}% of FLOP/s "
                       f"({roof['bound']}-bound, floor {_fmt_ms(roof['floor_ms'])})")
+
+
+class SessionView:
+    """The live terminal view of a session, fed by session events and streamed model text.
+
+    Complete lines of model text are printed as they arrive (partial lines wait), each tool
+    call and result is one compact line, and a status line at the bottom shows turn,
+    tokens, cost, best speed-up and elapsed time.
+    """
+
+    def __init__(self, out: Console | None = None):
+        from rich.live import Live
+
+        self.out = out or console
+        self.pending_text = ""
+        self.status = {"turn": 0, "tokens": 0, "cost": 0.0, "best": "none yet", "start": None, "model": ""}
+        self.live = Live("", console=self.out, transient=True, refresh_per_second=4)
+
+    def __enter__(self):
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.flush_text()
+        self.live.__exit__(*exc)
+
+    def on_text(self, delta: str) -> None:
+        self.pending_text += delta
+        *lines, self.pending_text = self.pending_text.split("\n")
+        for line in lines:
+            self.out.print(line, style="italic", markup=False, highlight=False)
+
+    def flush_text(self) -> None:
+        if self.pending_text:
+            self.out.print(self.pending_text, style="italic", markup=False, highlight=False)
+            self.pending_text = ""
+
+    def __call__(self, event: dict) -> None:
+        self.flush_text()
+        handler = getattr(self, "_" + event["kind"], None)
+        if handler:
+            handler(event)
+        self.status["start"] = self.status["start"] or event["t"]
+        self.live.update(self.status_line(event["t"]))
+
+    def status_line(self, now: float) -> str:
+        s = self.status
+        elapsed = now - (s["start"] or now)
+        return (f"[reverse] turn {s['turn']} | {s['tokens']:,} tokens | ${s['cost']:.2f} | best {s['best']} | "
+                f"{elapsed / 60:.1f} min [/]")
+
+    def _session_start(self, e: dict) -> None:
+        cfg = e["config"]
+        self.status["model"] = cfg.get("model", "")
+        self.out.print(f"[bold]session {e['session_id']}[/] on {e['task']} ({cfg.get('device')}, "
+                       f"{cfg.get('precision')}) with {cfg.get('backend')}:{cfg.get('model')} in {e['workdir']}")
+
+    def _resume(self, e: dict) -> None:
+        self.out.print(f"[bold]resumed[/] after turn {e['from_turn']}"
+                       + (f", re-running {len(e['pending_tool_calls'])} pending tool call(s)" if e["pending_tool_calls"] else ""))
+
+    def _model_turn(self, e: dict) -> None:
+        usage = e["usage"]
+        self.status["turn"] = e["turn"]
+        self.status["tokens"] += usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+        self.status["cost"] += usage.get("cost_usd", 0.0)
+        for call in e["message"].get("tool_calls", []):
+            self.out.print(f"[cyan]-> {call['name']}[/]({_args_preview(call['arguments'])})", soft_wrap=True)
+
+    def _tool_result(self, e: dict) -> None:
+        first = e["content"].strip().splitlines()[0] if e["content"].strip() else ""
+        colour = "green" if e["ok"] else "red"
+        self.out.print(f"   [{colour}]{e['name']}:[/] {first[:160]}", markup=True, highlight=False)
+
+    def _commit(self, e: dict) -> None:
+        eager = e["speedup_vs_eager"]
+        self.status["best"] = f"{eager:.2f}x" if eager is not None else "verified"
+        self.out.print(f"[bold green]committed {e['sha'][:8]}[/] {e['summary']}")
+
+    def _compaction(self, e: dict) -> None:
+        self.out.print(f"[dim]context compacted: {e['before_tokens']:,} -> {e['after_tokens']:,} tokens[/]")
+
+    def _session_end(self, e: dict) -> None:
+        self.live.update("")
+        render_session_summary(e)
+
+
+def _args_preview(args: dict) -> str:
+    parts = []
+    for key, value in args.items():
+        text = str(value)
+        parts.append(f"{key}={text[:40]!r}" + ("..." if len(text) > 40 else "") if "\n" not in text
+                     else f"{key}=<{len(text.splitlines())} lines>")
+    return ", ".join(parts)
+
+
+def render_session_summary(end: dict) -> None:
+    summary = end["summary"]
+    table = Table(title=f"session ended: {end['reason']}", title_justify="left")
+    table.add_column("")
+    table.add_column("")
+    best = summary.get("best")
+    table.add_row("best", "none" if not best else
+                  f"{best['sha'][:8]} (turn {best['turn']}): {_fmt_x(best['speedup_vs_eager'])} vs eager, "
+                  f"{_fmt_x(best['speedup_vs_compile'])} vs torch.compile, reward {best['reward']:g}")
+    usage = summary.get("usage", {})
+    table.add_row("turns", f"{summary.get('turns')} ({summary.get('attempts')} evaluations)")
+    table.add_row("tokens", f"{usage.get('input_tokens', 0):,} in, {usage.get('output_tokens', 0):,} out")
+    table.add_row("cost", f"${usage.get('cost_usd', 0.0):.2f}")
+    table.add_row("elapsed", f"{summary.get('elapsed_s', 0) / 60:.1f} min")
+    if summary.get("finish_summary"):
+        table.add_row("agent says", summary["finish_summary"])
+    console.print(table)

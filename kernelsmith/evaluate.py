@@ -238,3 +238,18 @@ def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
     tmp.replace(path)
+
+
+def evaluate_workdir(workdir: Path, opts: EvalOptions) -> EvalResult:
+    """Evaluate a workdir's model_new.py; an edited reference or fixed file is a violation."""
+    from kernelsmith import workdir as wd
+
+    workdir = Path(workdir).resolve()
+    config = wd.WorkdirConfig.load(workdir)
+    result = evaluate(workdir / "model.py", workdir / "model_new.py", opts)
+    for violation in wd.fixed_file_changes(workdir, config):
+        result.violations.append(violation)
+        result.error = result.error or "rejected: " + violation
+    if result.violations:
+        result.reward = -1.0
+    return result

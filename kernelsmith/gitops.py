@@ -194,15 +194,16 @@ class KernelRepo:
         """Whether the working kernel paths (and notes) differ from HEAD, i.e. commit_kernel has work."""
         return self._tree_with(self._kernel_pathspecs()) != self.repo.commit(self.head_sha()).tree.hexsha
 
-    def commit_kernel(self, summary: str, body: str, trailers: dict[str, str]) -> str:
+    def commit_kernel(self, summary: str, body: str, trailers: dict[str, str], allow_empty: bool = False) -> str:
         """Commit only KERNEL_PATHS and notes to the current branch; every other change, staged
-        or not, stays exactly as it was. trailers must name the session (TRAILER_SESSION)."""
+        or not, stays exactly as it was. trailers must name the session (TRAILER_SESSION).
+        allow_empty: commit even when the kernel is HEAD's, to record its first measured speed."""
         if not (trailers.get(TRAILER_SESSION) or "").strip():
             raise BadInput(f"a kernelsmith commit needs a {TRAILER_SESSION} trailer")
         self._require_branch()
         head, pathspecs = self.head_sha(), self._kernel_pathspecs()
         tree = self._tree_with(pathspecs)
-        if tree == self.repo.commit(head).tree.hexsha:
+        if tree == self.repo.commit(head).tree.hexsha and not allow_empty:
             raise BadInput("no changes to model_new.py, kernels/ or notes to commit")
         sha = self._commit_tree(tree, head, _message(summary, body, trailers))
         self._advance_branch(sha, head, summary, pathspecs)

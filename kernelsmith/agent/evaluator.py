@@ -1,0 +1,71 @@
+"""compile / verify / profile for the agent's tools, and the compact text the model reads.
+
+Every step runs in harness worker processes (evaluate.py); nothing here imports torch or
+candidate code. The sandbox pool (a later issue) replaces WorkdirEvaluator behind the same
+three methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from kernelsmith.evaluate import EvalOptions, evaluate_workdir, run_build
+from kernelsmith.harness.result import EvalResult
+
+
+class Evaluator(Protocol):
+    def compile(self) -> dict[str, Any]: ...
+    def verify(self) -> EvalResult: ...
+    def profile(self) -> EvalResult: ...
+
+
+class WorkdirEvaluator:
+    def __init__(self, workdir: Path, opts: EvalOptions):
+        self.workdir, self.opts = Path(workdir), opts
+
+    def compile(self) -> dict[str, Any]:
+        return run_build(self.workdir / "kernels", self.opts.device, self.opts.fast_math, self.opts.build_timeout_s)
+
+    def verify(self) -> EvalResult:
+        return evaluate_workdir(self.workdir, replace(self.opts, profile=False))
+
+    def profile(self) -> EvalResult:
+        return evaluate_workdir(self.workdir, replace(self.opts, profile=True))
+
+
+def format_build(built: dict[str, Any]) -> str:
+    if built.get("ok"):
+        return f"build ok{' (cache hit)' if built.get('cached') else ''} in {built.get('seconds', 0):.1f} s"
+    return "build FAILED:\n" + str(built.get("summary") or built.get("log", ""))[-4000:]
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.4f} ms"
+
+
+def _x(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def format_eval(result: EvalResult, tool: str) -> str:
+    """A few lines: the verdict first, then why or the numbers."""
+    if not result.clean:
+        lines = [f"REJECTED at {result.stage or tool} (reward {result.reward:g})", result.error]
+        lines += [f"violation: {v}" for v in result.violations if v not in result.error]
+        return "\n".join(line for line in lines if line)
+    errs = [t["max_abs_err"] for t in result.trials if t.get("max_abs_err") is not None]
+    lines = [f"CORRECT ({len(result.trials)} trials on fresh inputs and weights"
+             + (f", max abs err {max(errs):.2g})" if errs else ")")]
+    if result.timings_ms:
+        t = result.timings_ms
+        lines.append(f"candidate {_ms(t.get('candidate'))} | eager {_ms(t.get('eager'))} | "
+                     f"compile {_ms(t.get('compile'))}" + (f" ({result.compile_mode})" if result.compile_mode else ""))
+        lines.append(f"speed-up {_x(result.speedup_vs_eager)} vs eager, {_x(result.speedup_vs_compile)} vs "
+                     f"compile; reward {result.reward:g}")
+        roof = result.roofline or {}
+        if roof.get("pct_of_bandwidth") is not None:
+            lines.append(f"roofline: {roof['pct_of_bandwidth']:.0f}% of memory bandwidth, "
+                         f"{roof['pct_of_flops']:.0f}% of FLOP/s ({roof['bound']}-bound)")
+    return "\n".join(lines)

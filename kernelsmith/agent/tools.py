@@ -1,0 +1,278 @@
+"""The tools the agent sees. Names and arguments are a contract (DESIGN.md): sessions, the
+TUI and the trainer depend on them.
+
+Each tool is a typed method; its JSON schema is derived from the signature and docstring,
+as llm's Tool.function does. A tool never raises: a refusal or a failure is a result the
+model can read and act on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from kernelsmith import workdir as wd
+from kernelsmith.agent.evaluator import Evaluator, format_build, format_eval
+from kernelsmith.backends.base import ToolCall, ToolSpec
+
+TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "grep", "bash",
+              "compile", "verify", "profile", "finish")
+MAX_OUTPUT = 12_000  # characters of a tool result shown to the model
+HIDDEN = (".git", wd.STATE_DIR, "__pycache__", "build")
+JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+@dataclass
+class Outcome:
+    content: str
+    ok: bool = True
+    eval: dict[str, Any] | None = None  # the EvalResult of verify/profile, the build of compile
+    finish: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def spec_of(method) -> ToolSpec:
+    """A tool's schema from its signature; `Args:` lines of the docstring describe parameters."""
+    doc = inspect.getdoc(method) or ""
+    summary, _, args_doc = doc.partition("Args:")
+    described = dict(re.findall(r"^\s*(\w+):\s*(.+)$", args_doc, re.MULTILINE))
+    hints = get_type_hints(method)
+    props, required = {}, []
+    for name, param in inspect.signature(method).parameters.items():
+        props[name] = {"type": JSON_TYPES[hints[name]], "description": described.get(name, "")}
+        if param.default is inspect.Parameter.empty:
+            required.append(name)
+    schema = {"type": "object", "properties": props, "required": required}
+    return ToolSpec(name=method.__name__, description=" ".join(summary.split()), parameters=schema)
+
+
+def clip(text: str, limit: int = MAX_OUTPUT) -> str:
+    """Head and tail of a long output: errors tend to be at either end."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - limit} characters cut ...]\n{text[-half:]}"
+
+
+class Toolbox:
+    def __init__(self, workdir: Path, evaluator: Evaluator, bash_timeout_s: float = 120.0):
+        self.workdir = Path(workdir).resolve()
+        self.evaluator = evaluator
+        self.bash_timeout_s = bash_timeout_s
+
+    def specs(self) -> list[ToolSpec]:
+        return [spec_of(getattr(self, name)) for name in TOOL_NAMES]
+
+    def run(self, call: ToolCall) -> Outcome:
+        if call.name not in TOOL_NAMES:
+            return Outcome(f"error: no tool named {call.name!r}; the tools are {', '.join(TOOL_NAMES)}", ok=False)
+        method = getattr(self, call.name)
+        try:
+            inspect.signature(method).bind(**call.arguments)
+        except TypeError as err:
+            return Outcome(f"error: bad arguments for {call.name}: {err}", ok=False)
+        try:
+            result = method(**call.arguments)
+        except Exception as err:  # a tool bug must not end the session; the model sees it
+            return Outcome(f"error: {call.name} failed: {type(err).__name__}: {err}", ok=False)
+        return result if isinstance(result, Outcome) else Outcome(result)
+
+    # --- paths ------------------------------------------------------------------------
+
+    def _resolve(self, path: str) -> Path | None:
+        """The path inside the workdir, or None when it escapes it (.., absolute, symlinks)."""
+        target = (self.workdir / path).resolve()
+        if target != self.workdir and self.workdir not in target.parents:
+            return None
+        rel = target.relative_to(self.workdir).parts
+        return None if rel and rel[0] in (".git", wd.STATE_DIR) else target
+
+    def _refuse_write(self, path: str) -> Outcome | None:
+        target = self._resolve(path)
+        if target is None or not wd.is_writable(str(target.relative_to(self.workdir))):
+            return Outcome(f"refused: {path} is not writable. You may write only model_new.py, files "
+                           "under kernels/ and notes.md; model.py and the harness files are fixed.", ok=False)
+        return None
+
+    # --- file tools -------------------------------------------------------------------
+
+    def read_file(self, path: str) -> Outcome:
+        """Read a text file of the workdir.
+
+        Args:
+            path: path relative to the workdir, e.g. model.py or kernels/example_scale.cu
+        """
+        target = self._resolve(path)
+        if target is None:
+            return Outcome(f"refused: {path} is outside the workdir", ok=False)
+        if not target.is_file():
+            return Outcome(f"error: {path} does not exist (list_files shows what does)", ok=False)
+        return Outcome(clip(target.read_text(errors="replace")))
+
+    def write_file(self, path: str, content: str) -> Outcome:
+        """Create or overwrite a file. Only model_new.py, kernels/... and notes.md are writable.
+
+        Args:
+            path: path relative to the workdir
+            content: the whole new text of the file
+        """
+        refused = self._refuse_write(path)
+        if refused:
+            return refused
+        target = self.workdir / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        return Outcome(f"wrote {path} ({len(content.splitlines())} lines)")
+
+    def edit_file(self, path: str, old: str, new: str) -> Outcome:
+        """Replace one exact occurrence of `old` with `new` in a writable file.
+
+        Args:
+            path: path relative to the workdir
+            old: the exact text to replace; it must occur exactly once
+            new: the replacement text
+        """
+        refused = self._refuse_write(path) or self._missing(path)
+        if refused:
+            return refused
+        target = self.workdir / path
+        text = target.read_text()
+        count = text.count(old) if old else 0
+        if count != 1:
+            return Outcome(f"error: `old` occurs {count} times in {path}; it must occur exactly once "
+                           "(include more surrounding lines)", ok=False)
+        target.write_text(text.replace(old, new, 1))
+        return Outcome(f"edited {path}")
+
+    def _missing(self, path: str) -> Outcome | None:
+        if not (self.workdir / path).is_file():
+            return Outcome(f"error: {path} does not exist", ok=False)
+        return None
+
+    def list_files(self, path: str = ".") -> Outcome:
+        """List the files under a folder of the workdir, with sizes.
+
+        Args:
+            path: folder relative to the workdir (default: the workdir itself)
+        """
+        root = self._resolve(path)
+        if root is None or not root.is_dir():
+            return Outcome(f"error: {path} is not a folder of the workdir", ok=False)
+        lines = []
+        for dirpath, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d not in HIDDEN)
+            for name in sorted(files):
+                full = Path(dirpath) / name
+                lines.append(f"{full.relative_to(self.workdir)}  ({full.stat().st_size} bytes)")
+        return Outcome(clip("\n".join(lines) or "(empty)"))
+
+    def grep(self, pattern: str, path: str = ".") -> Outcome:
+        """Search files of the workdir for a regular expression; prints file:line: text.
+
+        Args:
+            pattern: a Python regular expression
+            path: a file or folder relative to the workdir (default: the workdir)
+        """
+        root = self._resolve(path)
+        if root is None or not root.exists():
+            return Outcome(f"error: {path} is not in the workdir", ok=False)
+        try:
+            regex = re.compile(pattern)
+        except re.error as err:
+            return Outcome(f"error: bad pattern: {err}", ok=False)
+        hits = [hit for file in self._files_under(root) for hit in self._grep_file(regex, file)]
+        return Outcome(clip("\n".join(hits[:500]) or "no matches"))
+
+    def _files_under(self, root: Path):
+        if root.is_file():
+            yield root
+            return
+        for dirpath, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d not in HIDDEN)
+            yield from (Path(dirpath) / f for f in sorted(files))
+
+    def _grep_file(self, regex, file: Path) -> list[str]:
+        try:
+            lines = file.read_text().splitlines()
+        except (UnicodeDecodeError, OSError):
+            return []
+        rel = file.relative_to(self.workdir)
+        return [f"{rel}:{n}: {line}" for n, line in enumerate(lines, start=1) if regex.search(line)]
+
+    # --- shell ------------------------------------------------------------------------
+
+    def bash(self, command: str) -> Outcome:
+        """Run a shell command in the workdir (timeout; no network where the OS allows it).
+
+        Args:
+            command: a bash command line
+        """
+        argv = network_isolation() + ["bash", "-c", command]
+        proc = subprocess.Popen(argv, cwd=self.workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=self.bash_timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, _ = proc.communicate()
+            return Outcome(clip(f"{out}\n[killed: the command ran past {self.bash_timeout_s:g} s]"), ok=False)
+        finally:
+            _kill_group(proc)  # background children left behind die with the group
+        return Outcome(clip(f"{out}\n[exit code {proc.returncode}]"), ok=proc.returncode == 0)
+
+    # --- harness ----------------------------------------------------------------------
+
+    def compile(self) -> Outcome:
+        """Build kernels/ (incremental). Errors come back summarised with file:line."""
+        built = self.evaluator.compile()
+        return Outcome(format_build(built), ok=bool(built.get("ok")), eval={"build": built})
+
+    def verify(self) -> Outcome:
+        """Build, then check ModelNew against the reference on fresh inputs and weights."""
+        result = self.evaluator.verify()
+        return Outcome(format_eval(result, "verify"), ok=result.clean, eval=result.to_dict())
+
+    def profile(self) -> Outcome:
+        """Verify, then time ModelNew against PyTorch eager and torch.compile on this device."""
+        result = self.evaluator.profile()
+        return Outcome(format_eval(result, "profile"), ok=result.clean, eval=result.to_dict())
+
+    def finish(self, summary: str) -> Outcome:
+        """End the session.
+
+        Args:
+            summary: what you built, and its measured speed-up
+        """
+        return Outcome("session finished", finish=True, extra={"summary": summary})
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+_ISOLATION: list[str] | None = None
+
+
+def network_isolation() -> list[str]:
+    """`unshare -rn` (a new, empty network namespace) when this OS allows it unprivileged.
+
+    Checked once per process. Without it the command runs with the host's network: say so
+    in the docs rather than pretend.
+    """
+    global _ISOLATION
+    if _ISOLATION is None:
+        _ISOLATION = []
+        if shutil.which("unshare"):
+            probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True)
+            _ISOLATION = ["unshare", "-rn"] if probe.returncode == 0 else []
+    return list(_ISOLATION)

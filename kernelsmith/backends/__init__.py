@@ -1,0 +1,64 @@
+"""Backends by name. The loop only sees the Backend protocol (base.py)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from kernelsmith.backends.base import Backend, BackendError
+from kernelsmith.config import Settings
+from kernelsmith.errors import BadInput
+
+BACKENDS = {
+    "anthropic": "kernelsmith.backends.anthropic:AnthropicBackend",
+    "openai": "kernelsmith.backends.openai:OpenAIBackend",
+    "scripted": "kernelsmith.backends.scripted:ScriptedBackend",
+}
+DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4.1"}
+CONTEXT_WINDOWS = {"anthropic": 200_000, "openai": 128_000, "scripted": 1_000_000}
+LOCAL_CONTEXT_WINDOW = 32_768  # an OpenAI-compatible local server: assume a modest window
+
+NO_BACKEND_HINT = ("set ANTHROPIC_API_KEY or OPENAI_API_KEY; or --backend openai --base-url "
+                   "http://localhost:8000/v1 --model NAME for a local server (vLLM, SGLang, Ollama); "
+                   "or --backend scripted --script FILE to replay a session")
+
+
+def backend_name(settings: Settings) -> str:
+    """The explicit choice, else the first one configured in the environment."""
+    if settings.backend:
+        if settings.backend == "builtin":
+            raise BadInput("the built-in offline policy is not available in this version",
+                           hint=NO_BACKEND_HINT)
+        if settings.backend not in BACKENDS:
+            raise BadInput(f"unknown backend {settings.backend!r}", hint="one of: " + ", ".join(BACKENDS))
+        return settings.backend
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return "anthropic"
+    if os.environ.get("OPENAI_API_KEY") or settings.base_url:
+        return "openai"
+    raise BadInput("no model backend is configured", hint=NO_BACKEND_HINT)
+
+
+def context_window(name: str, settings: Settings) -> int:
+    if settings.context_window:
+        return settings.context_window
+    if name == "openai" and settings.base_url:
+        return LOCAL_CONTEXT_WINDOW
+    return CONTEXT_WINDOWS[name]
+
+
+def create_backend(settings: Settings) -> Backend:
+    name = backend_name(settings)
+    module, cls = BACKENDS[name].split(":")
+    factory = getattr(importlib.import_module(module), cls)
+    if name == "scripted":
+        if not settings.script:
+            raise BadInput("the scripted backend needs --script FILE (a JSON list of turns or an events.jsonl)")
+        return factory(settings.script)
+    if name == "openai" and settings.base_url and not settings.model:
+        raise BadInput("--model is required with --base-url", hint="the server's /v1/models lists its names")
+    return factory(settings.model or DEFAULT_MODELS[name], base_url=settings.base_url,
+                   max_tokens=settings.max_tokens)
+
+
+__all__ = ["Backend", "BackendError", "backend_name", "context_window", "create_backend"]
