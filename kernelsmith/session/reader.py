@@ -13,15 +13,17 @@ from kernelsmith.session.recorder import sessions_dir
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """All complete events. A torn last line (the process was killed mid-write) is skipped."""
+    """All complete events. A torn line (the process was killed mid-write) is skipped."""
     events = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    # Bytes, decoded leniently: a torn line may end inside a multi-byte character. Split on
+    # "\n" alone: json.dumps(ensure_ascii=False) leaves U+2028 and U+0085 raw inside strings.
+    for line in Path(path).read_bytes().decode("utf-8", errors="replace").split("\n"):
         if not line.strip():
             continue
         try:
             events.append(json.loads(line))
         except json.JSONDecodeError:
-            continue  # only the last line can be torn: every event is fsynced before the next
+            continue  # a torn line: the last one, or the one before a resume's fresh line
     return events
 
 

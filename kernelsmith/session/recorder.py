@@ -20,7 +20,7 @@ def sessions_dir(workdir: Path) -> Path:
 
 
 def new_session_id() -> str:
-    """Sortable by start time, unique enough for one workdir: 20261130-1405-3fa9c1."""
+    """Sortable by start time, unique enough for one workdir: 20261130-140512-3fa9c1."""
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
@@ -31,6 +31,10 @@ class Recorder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.listeners = list(listeners or [])
         self._file = open(self.path, "a", encoding="utf-8")
+        if _ends_torn(self.path):  # killed mid-write: start on a fresh line so the next event is whole
+            self._file.write("\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
 
     def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = make_event(kind, **fields)
@@ -43,3 +47,12 @@ class Recorder:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _ends_torn(path: Path) -> bool:
+    """True when the file is not empty and its last byte is not a newline."""
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
