@@ -19,6 +19,7 @@ from kernelsmith.session.recorder import Recorder
 
 NUDGE = "Use a tool to continue, or call finish(summary) to end the session."
 COMPACT_TO = 0.5  # of the window, so that compaction is not needed again at once
+KEEP_RECENT = (6, 3, 1)  # turns kept verbatim by compaction, tried in this order
 
 
 @dataclass
@@ -121,8 +122,13 @@ class Agent:
         tokens = self.counter.count(self.system, self.messages, self.tools_json)
         if not context.should_compact(tokens, self.window):
             return
-        self.messages, stats = context.compact(self.messages, int(self.window * COMPACT_TO), self.state_note(),
+        budget, note = int(self.window * COMPACT_TO), self.state_note()
+        for keep_recent in KEEP_RECENT:  # fewer verbatim recent turns only when the budget demands it
+            compacted, stats = context.compact(self.messages, budget, note, keep_recent=keep_recent,
                                                system=self.system, tools_json=self.tools_json, counter=self.counter)
+            if stats["after_tokens"] <= budget:
+                break
+        self.messages = compacted
         self.recorder.emit("compaction", turn=self.turn, before_tokens=tokens, after_tokens=stats["after_tokens"],
                            messages=self.messages, stats=stats)
 

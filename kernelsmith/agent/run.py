@@ -17,7 +17,7 @@ from kernelsmith.agent.tools import Toolbox
 from kernelsmith.backends import backend_name, context_window, create_backend
 from kernelsmith.backends.base import TextSink, Usage
 from kernelsmith.config import Settings
-from kernelsmith.errors import BadInput
+from kernelsmith.errors import BadInput, KernelsmithError
 from kernelsmith.evaluate import EvalOptions
 from kernelsmith.gitops import KernelRepo
 from kernelsmith.session import reader
@@ -146,6 +146,9 @@ def _drive(agent: Agent, recorder: Recorder, pending: list[dict] | None = None) 
         reason = reason if reason == "finish" else agent.run()
     except KeyboardInterrupt:
         reason = "interrupted"
+        raise
+    except KernelsmithError as err:  # e.g. the backend: recorded, then shown as one line by the CLI
+        recorder.emit("error", turn=agent.turn, message=str(err))
         raise
     finally:
         _end(agent, recorder, reason)

@@ -41,7 +41,7 @@ def find_session(workdir: Path, session: str) -> Path:
     if len(matches) != 1:
         found = "no session" if not matches else f"{len(matches)} sessions"
         raise BadInput(f"{found} matching {session!r} in {sessions_dir(workdir)}",
-                       hint="kernelsmith log lists them")
+                       hint=f"the sessions are the folders of {sessions_dir(workdir)}")
     return matches[0]
 
 
@@ -129,6 +129,7 @@ _APPLY = {
     "tool_result": _tool_result,
     "user_message": lambda s, e: s.messages.append({"role": "user", "content": e["content"]}),
     "eval_result": _eval,
+    "attempt": lambda s, e: setattr(s, "attempts", max(s.attempts, e["attempt"])),  # a kill may land before eval_result
     "commit": _commit,
     "compaction": _compaction,
     "session_end": lambda s, e: setattr(s, "end", e),

@@ -30,7 +30,7 @@ class Recorder:
         self.path = sessions_dir(workdir) / session_id / "events.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.listeners = list(listeners or [])
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open(self.path, "a", encoding="utf-8", errors="backslashreplace")  # a lone surrogate must not end a session
         if _ends_torn(self.path):  # killed mid-write: start on a fresh line so the next event is whole
             self._file.write("\n")
             self._file.flush()
