@@ -100,7 +100,9 @@ class Agent:
             if finished:
                 outcome = Outcome("skipped: the session finished before this call", ok=False)
             else:
+                started = time.monotonic()
                 outcome = self.progress.after_tool(call, self.toolbox.run(call), self.turn)
+                outcome.extra["seconds"] = round(time.monotonic() - started, 3)
             finished = finished or outcome.finish
             self.summary = outcome.extra.get("summary", self.summary)
             if i == len(calls) - 1:
@@ -111,7 +113,7 @@ class Agent:
     def add_tool_result(self, call: ToolCall, outcome: Outcome) -> None:
         self.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": outcome.content})
         self.recorder.emit("tool_result", turn=self.turn, tool_call_id=call.id, name=call.name, ok=outcome.ok,
-                           content=outcome.content)
+                           content=outcome.content, seconds=outcome.extra.get("seconds", 0.0))
 
     def add_user_message(self, text: str) -> None:
         self.messages.append({"role": "user", "content": text})
