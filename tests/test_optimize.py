@@ -250,3 +250,26 @@ def wait_for(probe, timeout=120.0):
             return value
         time.sleep(0.1)
     raise AssertionError("timed out waiting")
+
+
+def test_ctrl_c_records_the_end_and_the_session_resumes(tmp_path):
+    workdir = make_workdir(tmp_path)
+    script = write_script(tmp_path / "s.json", [
+        {"text": "wait", "tool_calls": [{"name": "bash", "arguments": {"command": "sleep 600"}}]},
+        {"text": "done", "tool_calls": [{"name": "finish", "arguments": {"summary": "after the interrupt"}}]}])
+    args = ["--workdir", workdir, "--backend", "scripted", "--script", script, "--json"]
+    proc = subprocess.Popen(CLI + ["optimize", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=NO_KEYS)
+    record = wait_for(lambda: next(session_paths(workdir), None))
+    wait_for(lambda: any(e["kind"] == "model_turn" for e in read_events(record)))
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    events = read_events(record)
+    assert events[-1]["kind"] == "session_end" and events[-1]["reason"] == "interrupted"
+    resumed = ks("optimize", "--resume", record.parent.name, *args[:-1], "--json",
+                 env={"KERNELSMITH_BASH_TIMEOUT_S": "1"})
+    assert resumed.returncode == 1, resumed.stderr
+    after = read_events(record)
+    assert after[-1]["reason"] == "finish" and after[-1]["summary"]["finish_summary"] == "after the interrupt"
