@@ -20,6 +20,7 @@ from kernelsmith.config import Settings
 from kernelsmith.errors import BadInput, KernelsmithError
 from kernelsmith.evaluate import EvalOptions
 from kernelsmith.gitops import KernelRepo
+from kernelsmith.sandbox.base import SandboxEvaluator
 from kernelsmith.session import reader
 from kernelsmith.session.recorder import Listener, Recorder, new_session_id
 
@@ -71,8 +72,9 @@ def eval_options(settings: Settings, config: wd.WorkdirConfig) -> EvalOptions:
     return EvalOptions(device=config.device, precision=config.precision, trials=settings.trials)
 
 
-def start(settings: Settings, workdir: Path, listeners: list[Listener], on_text: TextSink | None) -> Ending:
-    """A new session in an existing workdir."""
+def start(settings: Settings, workdir: Path, listeners: list[Listener], on_text: TextSink | None,
+          sandbox=None) -> Ending:
+    """A new session in an existing workdir; evaluations go to `sandbox` when given."""
     backend = create_backend(settings)  # a bad key or URL fails here, before anything is written
     config = wd.WorkdirConfig.load(workdir)
     session_id = new_session_id()
@@ -86,12 +88,12 @@ def start(settings: Settings, workdir: Path, listeners: list[Listener], on_text:
                           "device": config.device, "precision": config.precision},
                   messages=[first], user_changes_commit=saved, head=repo.head_sha())
     agent = _agent(settings, workdir, config, backend, recorder, Progress(repo, recorder, settings.noise),
-                   system, [first], on_text)
+                   system, [first], on_text, sandbox=sandbox)
     return _drive(agent, recorder)
 
 
 def resume(settings: Settings, workdir: Path, session: str, listeners: list[Listener],
-           on_text: TextSink | None) -> Ending:
+           on_text: TextSink | None, sandbox=None) -> Ending:
     """Continue a session after Ctrl-C, a crash or kill -9, from its record alone."""
     path = reader.find_session(workdir, session)
     state = reader.load_session(path)
@@ -108,7 +110,7 @@ def resume(settings: Settings, workdir: Path, session: str, listeners: list[List
     progress = Progress(KernelRepo(workdir), recorder, settings.noise, _best_of(state), state.attempts)
     agent = _agent(settings, workdir, config, backend, recorder, progress, state.system, state.messages, on_text,
                    turn=state.turn, usage=Usage(**{k: v for k, v in state.usage.items() if k in Usage.__dataclass_fields__}),
-                   elapsed_before_s=state.elapsed_s)
+                   elapsed_before_s=state.elapsed_s, sandbox=sandbox)
     return _drive(agent, recorder, pending)
 
 
@@ -127,8 +129,11 @@ def _best_of(state: reader.SessionState) -> Best | None:
     return Best(b["sha"], b["turn"], b["speedup_vs_eager"], b["speedup_vs_compile"], b["reward"])
 
 
-def _agent(settings, workdir, config, backend, recorder, progress, system, messages, on_text, **state) -> Agent:
-    toolbox = Toolbox(workdir, WorkdirEvaluator(workdir, eval_options(settings, config)), settings.bash_timeout_s)
+def _agent(settings, workdir, config, backend, recorder, progress, system, messages, on_text, sandbox=None,
+           **state) -> Agent:
+    opts = eval_options(settings, config)
+    evaluator = SandboxEvaluator(sandbox, workdir, opts) if sandbox is not None else WorkdirEvaluator(workdir, opts)
+    toolbox = Toolbox(workdir, evaluator, settings.bash_timeout_s)
     window = context_window(backend_name(settings), settings)
     return Agent(backend, toolbox, progress, recorder, system, list(messages), budget_of(settings), window,
                  on_text=on_text, **state)

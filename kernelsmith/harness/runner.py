@@ -9,6 +9,7 @@ setsid is reparented to us and killed with the rest.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -156,8 +158,24 @@ def run_jobs_sharing_dir(jobs_fn, timeout: float):
         return jobs_fn(lambda job: run_job({**job, "out_dir": str(out_dir)}, timeout))
 
 
+_THREAD = threading.local()
+
+
+@contextlib.contextmanager
+def extra_env(values: dict[str, str]):
+    """Environment for the workers this thread starts inside the block (e.g. the sandbox pins a
+    GPU with CUDA_VISIBLE_DEVICES). Thread-local: pool threads do not see each other's."""
+    before = getattr(_THREAD, "env", {})
+    _THREAD.env = {**before, **values}
+    try:
+        yield
+    finally:
+        _THREAD.env = before
+
+
 def _worker_env(job: dict) -> dict:
     merged = dict(os.environ)
+    merged.update(getattr(_THREAD, "env", {}))
     merged["KERNELSMITH_DEVICE"] = job.get("device", "cpu")
     merged["PYTHONUNBUFFERED"] = "1"
     merged["KERNELSMITH_JOB_ID"] = job["job_id"]
