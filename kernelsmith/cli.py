@@ -263,6 +263,123 @@ def _run_session(run, as_json: bool) -> int:
         return run([view], view.on_text).exit_code
 
 
+@app.command()
+def bench(paths: List[Path] = typer.Argument(None, help="task files or folders (with --eval-only: REFERENCES CANDIDATES)"),
+          backend: Optional[str] = typer.Option(None, "--backend", help="anthropic, openai, scripted or builtin"),
+          model: Optional[str] = typer.Option(None, "--model"),
+          base_url: Optional[str] = typer.Option(None, "--base-url"),
+          script: Optional[str] = typer.Option(None, "--script", help="scripted backend: turns JSON"),
+          runs: int = typer.Option(1, "--runs", help="sessions per task"),
+          max_turns: Optional[int] = typer.Option(None, "--max-turns"),
+          workers: int = typer.Option(1, "--workers", help="sessions at a time"),
+          sandbox: str = typer.Option("local", "--sandbox", help="local or ray"),
+          ray_address: Optional[str] = typer.Option(None, "--ray-address", help="join this Ray cluster"),
+          device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt,
+          out: Path = typer.Option(Path("bench-out"), "--out", help="results and workdirs"),
+          resume: bool = typer.Option(False, "--resume", help="continue the bench in --out"),
+          eval_only: bool = typer.Option(False, "--eval-only", help="score existing ModelNew files"),
+          report: Optional[Path] = typer.Option(None, "--report", help="re-render the report of a bench folder"),
+          lint: bool = typer.Option(True, "--lint/--no-lint", help="lint every task first")) -> None:
+    """Run a policy over a task set (or score existing solutions) and report per level."""
+    from kernelsmith import bench as bench_mod
+
+    if report is not None:
+        _render_bench(bench_mod.bench_report.load_rows(report), report, {})
+        return
+    flags = {"backend": backend, "model": model, "base_url": base_url, "script": script, "device": device,
+             "precision": precision, "max_turns": max_turns}
+    settings = load_bench_settings(flags)
+    opts = _options(settings.device, settings.precision)
+    plan = bench_mod.BenchPlan(settings, opts.device, out.resolve(), runs, workers, resume, lint,
+                               meta=_bench_meta(settings, opts.device, runs, sandbox))
+    import contextlib
+
+    with contextlib.closing(_make_sandbox(sandbox, opts.device, ray_address)) as pool:
+        rows = _bench_rows(bench_mod, plan, paths or [], pool, eval_only)
+    _render_bench(rows, plan.out, plan.meta)
+
+
+def load_bench_settings(flags: dict):
+    from kernelsmith.config import load_settings
+
+    return load_settings(flags, [Path.cwd()])
+
+
+def _bench_meta(settings, device: str, runs: int, sandbox: str) -> dict:
+    import platform
+    import time as _time
+
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or "CPU"
+    return {"backend": settings.backend, "model": settings.model, "device": device, "gpu": gpu,
+            "torch": torch.__version__, "runs": runs,
+            "max_turns": settings.max_turns, "sandbox": sandbox, "host": platform.node(),
+            "date": _time.strftime("%Y-%m-%d %H:%M"), "command": "kernelsmith " + " ".join(sys.argv[1:])}
+
+
+def _make_sandbox(kind: str, device: str, ray_address: Optional[str]):
+    if kind == "local":
+        from kernelsmith.sandbox.local import LocalSandbox
+
+        return LocalSandbox(device)
+    if kind == "ray":
+        try:
+            from kernelsmith.sandbox.ray_pool import RaySandbox
+        except ImportError:
+            raise BadInput("--sandbox ray needs Ray", hint="pip install 'kernelsmith[scale]'") from None
+        return RaySandbox(device, address=ray_address)
+    raise BadInput(f"unknown --sandbox {kind!r}", hint="local or ray")
+
+
+def _bench_rows(bench_mod, plan, paths: list[Path], pool, eval_only: bool) -> list[dict]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if eval_only and len(paths) != 2:
+        raise BadInput("--eval-only takes two paths: REFERENCES CANDIDATES")
+    if not paths:
+        raise BadInput("give task files or folders")
+    tasks = None if eval_only else bench_mod.task_files(paths)
+    total = len(bench_mod.task_files(paths[:1])) if eval_only else len(tasks) * plan.runs
+    counts = {"correct": 0, "faster": 0}
+    columns = [TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+               TimeElapsedColumn()]
+    with Progress(*columns, transient=False) as bar:
+        job = bar.add_task("", total=total)
+
+        def on_row(row: dict) -> None:
+            counts["correct"] += bool(row["correct"])
+            counts["faster"] += bool(row["correct"] and (row["speedup_vs_eager"] or 0) > 1.0)
+            bar.update(job, advance=1, description=f"correct {counts['correct']}, faster than eager "
+                                                   f"{counts['faster']}; last: {row['task']} {row['status']}")
+
+        if eval_only:
+            return bench_mod.eval_only(plan, paths[0], paths[1], pool, on_row)
+        return bench_mod.run_bench(plan, tasks, pool, on_row)
+
+
+def _render_bench(rows: list[dict], out: Path, meta: dict) -> None:
+    from rich.markdown import Markdown
+
+    from kernelsmith import bench_report
+    from kernelsmith.console import console
+
+    if not rows:
+        raise BadInput(f"no bench rows in {out}")
+    meta = meta or _stored_meta(out)
+    summary = bench_report.write_report(out, rows, meta)
+    table, notes = bench_report.markdown(summary, meta).split("\n\n")[:2]
+    console.print(Markdown(table))
+    console.print(notes)  # errors and tasks not run: the rates above leave them out
+    console.print(f"report: {out}/results.md, {out}/results.json, {out}/speedups.png")
+
+
+def _stored_meta(out: Path) -> dict:
+    """The method line of an earlier report, kept when --report re-renders it."""
+    path = out / "results.json"
+    return json.loads(path.read_text()).get("meta", {}) if path.is_file() else {}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Console entry point: typed errors become one line and an exit code."""
     from kernelsmith.console import err_console

@@ -54,6 +54,8 @@ class SandboxEvaluator:
     def _evaluate(self, profile: bool) -> EvalResult:
         # Build on a CPU worker first, so the GPU worker's build is a cache hit and the GPU is
         # not held while nvcc runs.
+        if not (self.workdir / "kernels").is_dir():  # e.g. a candidate with inline kernels: nothing to build
+            return self.sandbox.evaluate_workdir(self.workdir, replace(self.opts, profile=profile))
         built = self.compile()
         if not built.get("ok"):
             result = EvalResult(device=self.opts.device, precision=self.opts.precision, stage="build")

@@ -1,0 +1,251 @@
+"""`kernelsmith bench`: a policy over a task set, scored the way the CUDA Agent paper reports it.
+
+Every (task, run) gets its own workdir under OUT/workdirs and one optimize session; sessions run
+in parallel threads that share one sandbox (one evaluation per GPU at a time). Each finished
+row is appended to OUT/rows.jsonl at once, so an interrupted bench resumes where it stopped:
+finished rows are kept, and a session that was cut off is resumed from its record.
+The report (results.json, results.md, speedups.png) comes from bench_report.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelsmith import bench_report
+from kernelsmith.config import Settings
+from kernelsmith.errors import BadInput, KernelsmithError
+
+LEVEL = re.compile(r"^level\d+$")
+LAUNCH_BOUND_MS = 0.02  # eager below this is launch overhead, not kernel time: flagged
+
+
+@dataclass
+class BenchPlan:
+    settings: Settings
+    device: str
+    out: Path
+    runs: int = 1
+    workers: int = 1
+    resume: bool = False
+    lint: bool = True
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def task_files(paths: list[Path]) -> list[Path]:
+    """KernelBench-format files: each path is a file or a folder searched recursively."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_file() and path.suffix == ".py":
+            files.append(path.resolve())
+        elif path.is_dir():
+            files += sorted(p.resolve() for p in path.rglob("*.py") if not p.name.startswith("_"))
+        else:
+            raise BadInput(f"{path} is neither a .py task file nor a folder")
+    if not files:
+        raise BadInput("no task files found in " + ", ".join(map(str, paths)))
+    return files
+
+
+def level_of(path: Path) -> str:
+    """The level folder a task lies in (level1, level2, ...), or "" when there is none."""
+    return next((part for part in reversed(path.parent.parts) if LEVEL.match(part)), "")
+
+
+def row_key(row: dict) -> tuple[str, str, int]:
+    return row["level"], row["task"], row["run"]
+
+
+def blank_row(path: Path, run: int) -> dict[str, Any]:
+    return {"level": level_of(path), "task": path.stem, "path": str(path), "run": run, "status": "pending",
+            "correct": False, "speedup_vs_eager": None, "speedup_vs_compile": None, "reward": -1.0, "turns": 0,
+            "tokens": {"input": 0, "output": 0}, "cost_usd": 0.0, "wall_s": 0.0, "lint_flags": [], "error": "",
+            "session_id": "", "best_sha": ""}
+
+
+class RowLog:
+    """rows.jsonl: appended and flushed per finished row, from any thread."""
+
+    def __init__(self, out: Path):
+        out.mkdir(parents=True, exist_ok=True)
+        self.path = out / "rows.jsonl"
+        self.lock = threading.Lock()
+
+    def finished(self) -> dict[tuple, dict]:
+        if not self.path.is_file():
+            return {}
+        rows = {}
+        for line in self.path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line after a kill
+            rows[row_key(row)] = row
+        return {k: r for k, r in rows.items() if r["status"] in ("done", "failed")}
+
+    def append(self, row: dict) -> None:
+        with self.lock, open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def workdir_for(plan: BenchPlan, path: Path, run: int) -> Path:
+    return plan.out / "workdirs" / (level_of(path) or "tasks") / path.stem / f"run{run}"
+
+
+# --- one optimize session per (task, run) --------------------------------------------
+
+def run_one(plan: BenchPlan, sandbox, path: Path, run: int, lint_flags: list[str]) -> dict[str, Any]:
+    """One session, start or resume; any failure becomes a row with the reason, never an exception."""
+    from kernelsmith.agent import run as session
+
+    row = {**blank_row(path, run), "lint_flags": list(lint_flags)}
+    start = time.perf_counter()
+    workdir = workdir_for(plan, path, run)
+    try:
+        ending = _start_or_resume(plan, sandbox, path, workdir, session)
+    except KernelsmithError as err:
+        return {**row, "status": "error", "error": str(err), "wall_s": round(time.perf_counter() - start, 1)}
+    row.update(_ending_fields(ending, workdir))
+    row["wall_s"] = round(time.perf_counter() - start, 1)
+    return row
+
+
+def _start_or_resume(plan: BenchPlan, sandbox, path: Path, workdir: Path, session):
+    from kernelsmith.session.reader import load_session, session_paths
+
+    records = list(session_paths(workdir)) if workdir.exists() else []
+    if records and load_session(records[-1]).end is None:  # cut off by an interrupted bench
+        return session.resume(plan.settings, workdir, records[-1].parent.name, [], None, sandbox=sandbox)
+    if not workdir.exists():
+        session.prepare_workdir(str(path), workdir, plan.device, plan.settings.precision, [], None)
+    return session.start(plan.settings, workdir, [], None, sandbox=sandbox)
+
+
+def _ending_fields(ending, workdir: Path) -> dict[str, Any]:
+    best = ending.best
+    fields = {"status": "done" if best else "failed", "correct": best is not None, "turns": ending.turns,
+              "tokens": {"input": ending.usage.input_tokens + ending.usage.cache_read_tokens,
+                         "output": ending.usage.output_tokens},
+              "cost_usd": round(ending.usage.cost_usd, 4), "session_id": ending.session_id}
+    if best:
+        fields.update({"speedup_vs_eager": best.speedup_vs_eager, "speedup_vs_compile": best.speedup_vs_compile,
+                       "reward": best.reward, "best_sha": best.sha})
+    fields["lint_flags_extra"] = _eager_flags(workdir, ending.session_id)
+    return fields
+
+
+def _eager_flags(workdir: Path, session_id: str) -> list[str]:
+    """Flags that only the profile shows: eager time out of the range where timing means much."""
+    from kernelsmith.session.reader import find_session, read_events
+
+    evals = [e["result"] for e in read_events(find_session(workdir, session_id))
+             if e["kind"] == "eval_result" and isinstance(e["result"], dict)]
+    eager = [r["timings_ms"].get("eager") for r in evals if r.get("timings_ms")]
+    eager = [e for e in eager if e]
+    return ["eager_launch_bound"] if eager and min(eager) < LAUNCH_BOUND_MS else []
+
+
+# --- the whole bench ------------------------------------------------------------------
+
+Progress = Callable[[dict], None]
+
+
+def run_bench(plan: BenchPlan, tasks: list[Path], sandbox, on_row: Progress | None = None) -> list[dict]:
+    """Run every (task, run) not already finished; returns all rows, old and new."""
+    log = RowLog(plan.out)
+    done = log.finished() if plan.resume else {}
+    if not plan.resume and log.path.exists() and log.path.stat().st_size:
+        raise BadInput(f"{plan.out} already holds a bench", hint="pass --resume to continue it, or another --out")
+    todo = [(p, r) for p in tasks for r in range(plan.runs) if (level_of(p), p.stem, r) not in done]
+    flags = lint_all(plan, sorted({p for p, _ in todo})) if plan.lint else {}
+    rows = list(done.values())
+    with ThreadPoolExecutor(max(1, plan.workers)) as pool:
+        futures = [pool.submit(run_one, plan, sandbox, p, r, flags.get(str(p), [])) for p, r in todo]
+        for future in as_completed(futures):
+            row = _merge_flags(future.result())
+            log.append(row)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+    return rows
+
+
+def _merge_flags(row: dict) -> dict:
+    extra = row.pop("lint_flags_extra", [])
+    row["lint_flags"] = sorted(set(row["lint_flags"]) | set(extra))
+    return row
+
+
+def lint_all(plan: BenchPlan, tasks: list[Path]) -> dict[str, list[str]]:
+    """Lint flags per task (degenerate, non-deterministic, ...), cached in OUT/lint.json.
+
+    Runs before any session so that linting never shares a GPU with a timed profile."""
+    from kernelsmith import task as task_mod
+
+    cache_path = plan.out / "lint.json"
+    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    missing = [p for p in tasks if str(p) not in cache]
+
+    def lint(path: Path) -> list[str]:
+        try:
+            return task_mod.check_task(path, plan.device, plan.settings.precision).get("flags", [])
+        except KernelsmithError as err:
+            return [f"lint_failed: {err}"[:120]]
+
+    with ThreadPoolExecutor(max(1, plan.workers)) as pool:
+        for path, found in zip(missing, pool.map(lint, missing)):
+            cache[str(path)] = found
+    cache_path.write_text(json.dumps(cache, indent=1))
+    return cache
+
+
+# --- eval-only: score existing solutions ---------------------------------------------
+
+def match_candidates(references: Path, candidates: Path) -> list[tuple[Path, Path | None]]:
+    """(reference, candidate) pairs matched by path relative to each root; None when missing."""
+    refs = task_files([references])
+    root = references.resolve() if references.is_dir() else references.resolve().parent
+    pairs = []
+    for ref in refs:
+        rel = ref.relative_to(root)
+        cand = (candidates if candidates.is_file() else candidates / rel).resolve()
+        pairs.append((ref, cand if cand.is_file() else None))
+    return pairs
+
+
+def eval_only(plan: BenchPlan, references: Path, candidates: Path, sandbox,
+              on_row: Progress | None = None) -> list[dict]:
+    from kernelsmith.evaluate import EvalOptions
+
+    opts = EvalOptions(device=plan.device, precision=plan.settings.precision, trials=plan.settings.trials)
+    log = RowLog(plan.out)
+
+    def score(pair) -> dict:
+        ref, cand = pair
+        row = blank_row(ref, 0)
+        if cand is None:
+            return {**row, "status": "failed", "error": "no candidate at the matching path"}
+        start = time.perf_counter()
+        result = sandbox.evaluate_files(ref, cand, replace(opts))
+        return {**row, "status": "done" if result.clean else "failed", "correct": result.clean,
+                "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
+                "reward": result.reward, "error": result.error[:300], "wall_s": round(time.perf_counter() - start, 1)}
+
+    rows = []
+    with ThreadPoolExecutor(max(1, plan.workers)) as pool:
+        for row in pool.map(score, match_candidates(references, candidates)):
+            log.append(row)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+    return rows
+
+
+def report(plan: BenchPlan, rows: list[dict]) -> dict:
+    return bench_report.write_report(plan.out, rows, plan.meta)
