@@ -1,0 +1,211 @@
+"""LocalSandbox: builds and evaluations on this machine, with one evaluation per GPU at a time.
+
+Slots. Builds hold one of `build_workers` build slots (a semaphore): nvcc and g++ run on CPU
+cores, several at once. Evaluations take one evaluation slot from a queue: one slot per GPU,
+so exactly one evaluation uses a GPU at a time and timings never share it. A GPU slot pins
+its GPU for the workers of that evaluation with CUDA_VISIBLE_DEVICES (runner.extra_env, which
+is per thread, so concurrent evaluations in other threads keep their own GPU). On the CPU
+device without `gpus` there is one unpinned slot.
+
+Failures. There is no pool of long-lived workers to repair: every step of every job runs in
+a fresh worker process in its own process group (harness/runner.py). A worker that crashes,
+is killed or hangs past its timeout is killed with everything it started, and its step comes
+back as a failed result with the reason; the next job starts new workers, so a broken CUDA
+context dies with its process. Anything else that goes wrong inside the harness becomes a
+rejected EvalResult (stage "sandbox") or a failed build dict; the caller never gets an
+exception and the slot is always given back.
+
+Parallelism. The blocking methods run in the caller's thread. submit_build / submit_evaluate
+return futures from two internal thread pools (one sized to the build slots, one to the
+evaluation slots), so queued evaluations never starve builds of threads.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import subprocess
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelsmith import evaluate
+from kernelsmith.evaluate import EvalOptions
+from kernelsmith.harness import runner
+from kernelsmith.harness.result import EvalResult
+
+RECENT_JOBS = 256  # busy intervals kept for stats()["recent"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One evaluation slot: a GPU (env pins it) or the CPU (no env)."""
+
+    label: str  # "gpu 0" or "cpu"; shows in result.notes and stats
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries, without importing torch.
+
+    CUDA_VISIBLE_DEVICES wins when set (nvidia-smi ignores it); CUDA stops at the first
+    negative entry, so "-1" means none. Otherwise `nvidia-smi -L` lists them.
+    """
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return [str(i) for i in range(_nvidia_smi_count())]
+    entries = []
+    for entry in (e.strip() for e in value.split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        entries.append(entry)
+    return entries
+
+
+def _nvidia_smi_count() -> int:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def gpu_slots(gpus: list[int] | None) -> list[Slot]:
+    """Slots for the given GPU indices (as this process numbers them), else for every visible GPU.
+
+    Under CUDA_VISIBLE_DEVICES="5,7", index 0 is GPU 5: the worker's variable must name the
+    physical entry, because it replaces the parent's.
+    """
+    if gpus is None:
+        return [Slot(f"gpu {i}", {"CUDA_VISIBLE_DEVICES": entry}) for i, entry in enumerate(visible_gpus())]
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+        return [Slot(f"gpu {g}", {"CUDA_VISIBLE_DEVICES": str(g)}) for g in gpus]
+    visible = visible_gpus()
+    for g in gpus:
+        if not 0 <= g < len(visible):
+            raise ValueError(f"GPU {g} is not visible: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} "
+                             f"leaves {len(visible)} GPU(s)")
+    return [Slot(f"gpu {g}", {"CUDA_VISIBLE_DEVICES": visible[g]}) for g in gpus]
+
+
+class LocalSandbox:
+    kind = "local"
+
+    def __init__(self, device: str, gpus: list[int] | None = None, build_workers: int | None = None):
+        self.device = device
+        # device "cpu" with gpus: one pinned slot per entry (splits CPU evaluations; tests the pinning)
+        self.slots = gpu_slots(gpus) if device == "cuda" or gpus is not None else [Slot("cpu")]
+        if not self.slots:
+            raise RuntimeError("no visible GPU for the local sandbox (nvidia-smi -L lists none, "
+                               "or CUDA_VISIBLE_DEVICES hides them); pass gpus=[...] or use device 'cpu'")
+        self.build_workers = build_workers or max(1, (os.cpu_count() or 2) // 2)
+        self._free: queue.Queue[int] = queue.Queue()
+        for index in range(len(self.slots)):
+            self._free.put(index)
+        self._builds = threading.Semaphore(self.build_workers)
+        self._pools = {"build": ThreadPoolExecutor(self.build_workers, thread_name_prefix="ks-build"),
+                       "evaluate": ThreadPoolExecutor(len(self.slots), thread_name_prefix="ks-eval")}
+        self._lock = threading.Lock()
+        self._started = time.time()
+        self._jobs = {kind: {"done": 0, "failed": 0, "errors": 0} for kind in ("build", "evaluate")}
+        self._busy = {slot.label: 0.0 for slot in self.slots} | {"build": 0.0}
+        self._recent: collections.deque[dict] = collections.deque(maxlen=RECENT_JOBS)
+
+    # --- the Sandbox protocol ----------------------------------------------------------------
+
+    def build(self, kernels: Path, device: str, fast_math: bool = False) -> dict[str, Any]:
+        """Build kernels/ on a build slot; the dict of evaluate.run_build (ok False with a summary on failure)."""
+        with self._builds:
+            start = time.time()
+            try:
+                built = evaluate.run_build(Path(kernels), device, fast_math)
+                error = False
+            except Exception as err:  # noqa: BLE001  (the caller gets a failed build, never a raise)
+                built = {"ok": False, "cached": False, "seconds": 0.0, "log": "",
+                         "summary": f"sandbox error: {type(err).__name__}: {err}"}
+                error = True
+            self._record("build", "build", start, bool(built.get("ok")), error)
+        return built
+
+    def evaluate_workdir(self, workdir: Path, opts: EvalOptions) -> EvalResult:
+        """Build, verify and (when opts.profile) profile a workdir on one exclusive evaluation slot."""
+        return self._on_slot(lambda: evaluate.evaluate_workdir(Path(workdir), opts), opts)
+
+    def evaluate_files(self, reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
+        """Score any ModelNew file against a reference on one exclusive evaluation slot."""
+        return self._on_slot(lambda: evaluate.evaluate(Path(reference), Path(candidate), opts), opts)
+
+    def close(self) -> None:
+        """Cancel queued submissions and wait for running ones (their workers have timeouts)."""
+        for pool in self._pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    # --- futures for callers that want parallelism (the bench) -------------------------------
+
+    def submit_build(self, kernels: Path, device: str, fast_math: bool = False) -> Future:
+        return self._pools["build"].submit(self.build, kernels, device, fast_math)
+
+    def submit_evaluate(self, workdir: Path | None = None, opts: EvalOptions | None = None, *,
+                        reference: Path | None = None, candidate: Path | None = None) -> Future:
+        """A workdir (evaluate_workdir), or reference= and candidate= (evaluate_files)."""
+        opts = opts or EvalOptions(device=self.device)
+        if workdir is not None:
+            return self._pools["evaluate"].submit(self.evaluate_workdir, workdir, opts)
+        if reference is None or candidate is None:
+            raise ValueError("submit_evaluate needs a workdir, or both reference and candidate")
+        return self._pools["evaluate"].submit(self.evaluate_files, reference, candidate, opts)
+
+    def __enter__(self) -> "LocalSandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- accounting ---------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Jobs done/failed/errors per kind ("errors": harness exceptions, also counted as failed),
+        busy seconds per slot ("build" sums the build slots), uptime, and the latest busy intervals
+        (epoch seconds) as {"slot", "kind", "start", "end"}."""
+        with self._lock:
+            return {"kind": self.kind, "device": self.device, "slots": [s.label for s in self.slots],
+                    "build_workers": self.build_workers, "uptime_s": round(time.time() - self._started, 3),
+                    "jobs": {kind: dict(counts) for kind, counts in self._jobs.items()},
+                    "busy_s": {label: round(s, 3) for label, s in self._busy.items()},
+                    "recent": list(self._recent)}
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _on_slot(self, job: Callable[[], EvalResult], opts: EvalOptions) -> EvalResult:
+        index = self._free.get()  # blocks until a slot is free: one evaluation per GPU
+        slot, start = self.slots[index], time.time()
+        result, error = None, False
+        try:
+            with runner.extra_env(slot.env):
+                result = job()
+        except Exception as err:  # noqa: BLE001  (a rejected result, never an exception to the caller)
+            result, error = _sandbox_failure(err, opts), True
+        finally:  # also on KeyboardInterrupt: the slot must go back before the interrupt goes on
+            self._record("evaluate", slot.label, start, result is not None and result.clean, error)
+            self._free.put(index)
+        result.notes.append(f"sandbox: local {slot.label}")
+        return result
+
+    def _record(self, kind: str, label: str, start: float, ok: bool, error: bool) -> None:
+        end = time.time()
+        with self._lock:
+            counts = self._jobs[kind]
+            counts["done"] += 1
+            counts["failed"] += not ok
+            counts["errors"] += error
+            self._busy[label] += end - start
+            self._recent.append({"slot": label, "kind": kind, "start": start, "end": end})
+
+
+def _sandbox_failure(err: Exception, opts: EvalOptions) -> EvalResult:
+    result = EvalResult(device=opts.device, precision=opts.precision)
+    return result.reject(f"sandbox error: {type(err).__name__}: {err}", stage="sandbox")
