@@ -115,8 +115,11 @@ def _initial_commit(workdir: Path, task_name: str) -> None:
         if not _has_identity(repo):
             cfg.set_value("user", "name", "kernelsmith")
             cfg.set_value("user", "email", "kernelsmith@localhost")
-    repo.index.add([p for p in _tracked_files(workdir)])
-    repo.index.commit(f"kernelsmith: new workdir for {task_name}\n\nKernelsmith-Harness: {HARNESS_VERSION}")
+    # git plumbing with an explicit cwd, not repo.index.add: GitPython's index methods chdir the
+    # whole process, which breaks other threads (the bench creates workdirs in parallel)
+    repo.git.add("--", *_tracked_files(workdir))
+    repo.git.commit("-q", "--no-verify", "-m", f"kernelsmith: new workdir for {task_name}\n\n"
+                    f"Kernelsmith-Harness: {HARNESS_VERSION}")
 
 
 def _has_identity(repo) -> bool:
