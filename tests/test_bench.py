@@ -1,0 +1,92 @@
+"""`kernelsmith bench` end to end on the CPU: scripted sessions over a two-level task set,
+resume after the fact, eval-only scoring of existing solutions, and --report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TASK
+from kernelsmith.gitops import KernelRepo
+
+DATA = Path(__file__).parent / "data" / "bench"
+CLI = [sys.executable, "-m", "kernelsmith.cli"]
+ENV = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
+
+
+def ks(*args, timeout=900):
+    return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+@pytest.fixture(scope="module")
+def task_set(tmp_path_factory, request):
+    """level1/ and level2/ with one tiny task each, an honest ctypes candidate, and a script."""
+    root = tmp_path_factory.mktemp("bench")
+    for level, name in (("level1", "1_axpb"), ("level2", "7_axpb_again")):
+        (root / "tasks" / level).mkdir(parents=True)
+        (root / "tasks" / level / f"{name}.py").write_text(TASK)
+    task_dir = request.getfixturevalue("task_dir")  # builds libaxpb.so
+    candidate = (DATA / "model_new_ctypes.py").read_text().replace("LIBAXPB", str(task_dir / "libaxpb.so"))
+    (root / "script.json").write_text(json.dumps([
+        {"text": "inline kernel", "tool_calls": [
+            {"name": "bash", "arguments": {"command": "rm -r kernels"}},
+            {"name": "write_file", "arguments": {"path": "model_new.py", "content": candidate}},
+            {"name": "verify", "arguments": {}}]},
+        {"text": "time it", "tool_calls": [{"name": "profile", "arguments": {}}]},
+        {"text": "done", "tool_calls": [{"name": "finish", "arguments": {"summary": "ctypes axpb"}}]}]))
+    (root / "candidate.py").write_text(candidate)
+    return root
+
+
+def test_bench_runs_every_task_reports_per_level_and_resumes(task_set, tmp_path):
+    out = tmp_path / "out"
+    args = ["bench", task_set / "tasks", "--backend", "scripted", "--script", task_set / "script.json",
+            "--device", "cpu", "--workers", "2", "--out", out]
+    first = ks(*args)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    for level in ("level1", "level2", "overall"):
+        s = results["summary"][level]
+        assert s["pass_rate"] == 1.0 and s["geomean_speedup_vs_eager"] > 0
+        assert {"faster_than_eager_rate", "faster_than_compile_rate", "geomean_speedup_vs_compile"} <= set(s)
+    assert results["summary"]["overall"]["n"] == 2
+    rows = {r["task"]: r for r in results["rows"]}
+    assert rows["1_axpb"]["level"] == "level1" and rows["7_axpb_again"]["level"] == "level2"
+    assert rows["1_axpb"]["turns"] == 3 and rows["1_axpb"]["best_sha"]
+    workdir = out / "workdirs" / "level1" / "1_axpb" / "run0"
+    assert KernelRepo(workdir).kernel_commits()[0]["sha"] == rows["1_axpb"]["best_sha"]
+    assert (out / "results.md").read_text().count("level1") >= 2 and (out / "speedups.png").stat().st_size > 0
+
+    again = ks(*args)  # the folder already holds a bench: refuse rather than mix two runs
+    assert again.returncode == 2 and "--resume" in again.stderr
+    more = ks(*args, "--resume", "--runs", "2")
+    assert more.returncode == 0, more.stderr[-2000:]
+    lines = (out / "rows.jsonl").read_text().splitlines()
+    assert len(lines) == 4  # run 0 kept as it was, run 1 added for each task
+    assert sorted(json.loads(line)["run"] for line in lines) == [0, 0, 1, 1]
+
+
+def test_eval_only_scores_existing_solutions_matched_by_path(task_set, tmp_path):
+    candidates = tmp_path / "solutions"
+    (candidates / "level1").mkdir(parents=True)
+    (candidates / "level1" / "1_axpb.py").write_text((task_set / "candidate.py").read_text())
+    (candidates / "level2").mkdir()
+    (candidates / "level2" / "7_axpb_again.py").write_text(
+        "import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
+        "        self.bias = nn.Parameter(__import__('torch').empty(n))\n\n    def forward(self, x):\n"
+        "        return x * 2.0 + self.bias  # torch compute: rejected\n")
+    out = tmp_path / "scored"
+    proc = ks("bench", "--eval-only", task_set / "tasks", candidates, "--device", "cpu", "--out", out, "--no-lint")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["task"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert rows["1_axpb"]["correct"] and rows["1_axpb"]["speedup_vs_eager"] > 0
+    assert not rows["7_axpb_again"]["correct"] and rows["7_axpb_again"]["error"]
+    (out / "results.md").unlink()
+    rendered = ks("bench", "--report", out)
+    assert rendered.returncode == 0 and (out / "results.md").is_file()
+    assert "pass" in rendered.stdout.lower()
