@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -216,15 +217,23 @@ class Toolbox:
         """
         argv = network_isolation() + ["bash", "-c", command]
         proc = subprocess.Popen(argv, cwd=self.workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        # Wait for bash itself, not for the end of its output: a background child that keeps the
+        # pipe open (`server &`) must neither hold the call until the timeout nor past it.
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=_drain, args=(proc.stdout, chunks), daemon=True)
+        reader.start()
+        timed_out = False
         try:
-            out, _ = proc.communicate(timeout=self.bash_timeout_s)
+            proc.wait(timeout=self.bash_timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, _ = proc.communicate()
-            return Outcome(clip(f"{out}\n[killed: the command ran past {self.bash_timeout_s:g} s]"), ok=False)
+            timed_out = True
         finally:
             _kill_group(proc)  # background children left behind die with the group
+        reader.join(timeout=2.0)  # a process that left the group (setsid) may still hold the pipe
+        out = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+        if timed_out:
+            return Outcome(clip(f"{out}\n[killed: the command ran past {self.bash_timeout_s:g} s]"), ok=False)
         return Outcome(clip(f"{out}\n[exit code {proc.returncode}]"), ok=proc.returncode == 0)
 
     # --- harness ----------------------------------------------------------------------
@@ -251,6 +260,11 @@ class Toolbox:
             summary: what you built, and its measured speed-up
         """
         return Outcome("session finished", finish=True, extra={"summary": summary})
+
+
+def _drain(stream, chunks: list[bytes]) -> None:
+    for chunk in iter(lambda: stream.read1(65536), b""):
+        chunks.append(chunk)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
