@@ -94,15 +94,42 @@ def test_optimize_through_the_anthropic_sdk_streamed(tmp_path):
     assert "[budget] turn 6 of 200" in last and "best so far" in last
 
 
-@pytest.mark.slow_build
-def test_optimize_through_the_openai_sdk(tmp_path):
+def openai_script(task_dir: Path) -> list[dict]:
+    """A build-free story (the kernel is a gcc-built library called through ctypes): torch in
+    forward is rejected, the honest kernel verifies and is profiled, then finish."""
+    honest = (DATA.parent / "bench" / "model_new_ctypes.py").read_text().replace(
+        "LIBAXPB", str(task_dir / "libaxpb.so"))
+    cheat = honest.replace("y = torch.empty_like(x)", "return x * 2.0 + self.bias  # torch compute")
+    return [
+        {"text": "Shortcut first.", "tool_calls": [
+            {"name": "bash", "arguments": {"command": "rm -r kernels"}},
+            {"name": "write_file", "arguments": {"path": "model_new.py", "content": cheat}},
+            {"name": "verify", "arguments": {}}]},
+        {"text": ["The ", "kernel."], "tool_calls": [
+            {"name": "write_file", "arguments": {"path": "model_new.py", "content": honest}},
+            {"name": "verify", "arguments": {}}]},
+        {"text": "Time it.", "tool_calls": [{"name": "profile", "arguments": {}}]},
+        {"text": "Done.", "tool_calls": [{"name": "finish", "arguments": {"summary": "ctypes axpb"}}],
+         "no_usage": True}]
+
+
+def test_optimize_through_the_openai_sdk(tmp_path, task_dir):
     workdir = tmp_path / "wd"
-    with FakeAPI(the_script(), models=("qwen-local",)) as api:
-        proc = ks("optimize", DATA / "triple.py", "--workdir", workdir, "--device", "cpu", "--backend", "openai",
+    with FakeAPI(openai_script(task_dir), models=("qwen-local",)) as api:
+        proc = ks("optimize", task_dir / "model.py", "--workdir", workdir, "--device", "cpu", "--backend", "openai",
                   "--model", "qwen-local", "--base-url", api.openai_url)
+        requests = api.requests
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "committed" in proc.stdout and "session ended: finish" in proc.stdout  # the live view
-    assert_triple_session(workdir, read_events(only_session(workdir)))
+    events = read_events(only_session(workdir))
+    verifies = [e["result"] for e in events if e["kind"] == "eval_result" and e["tool"] == "verify"]
+    assert verifies[0]["violations"] and not verifies[1]["violations"] and verifies[1]["correct"]
+    commits = [e for e in events if e["kind"] == "commit"]
+    assert [c["turn"] for c in commits] == [2, 3] and commits[1]["speedup_vs_eager"] > 0
+    assert [c["sha"] for c in KernelRepo(workdir).kernel_commits()] == [c["sha"] for c in reversed(commits)]
+    assert all(r["path"] == "/v1/chat/completions" and r["body"]["stream"] for r in requests)
+    last = requests[-1]["body"]["messages"]
+    assert last[0]["role"] == "system" and any(m["role"] == "tool" and m["tool_call_id"] for m in last)
 
 
 def test_no_backend_configured_is_one_line_and_creates_nothing(tmp_path):
