@@ -4,8 +4,11 @@ from __future__ import annotations
 
 # name substring -> ceilings. bytes/s counts bytes read plus written.
 CEILINGS = {
-    "H200": {"bytes_per_s": 4.3e12, "fp32_flops": 67e12, "tf32_flops": 378e12,
-             "bf16_flops": 790e12, "fp16_flops": 790e12, "source": "measured on an H200 (KINDS.md, bench/ceilings.py)"},
+    # bench/ceilings.py on the lent H200 (torch 2.11, CUDA 13.0; bench/results/h200-2026-11-30/ceilings.json):
+    # device-to-device copy, and the best dense matmul per precision; what a kernel can reach,
+    # below the datasheet peaks (4.8 TB/s, 67 TFLOP/s fp32, 989 TFLOP/s bf16 dense)
+    "H200": {"bytes_per_s": 4.20e12, "fp32_flops": 50.6e12, "tf32_flops": 384e12,
+             "bf16_flops": 751e12, "fp16_flops": 726e12, "source": "measured by bench/ceilings.py on an H200"},
     "H100": {"bytes_per_s": 3.35e12, "fp32_flops": 67e12, "tf32_flops": 378e12,
              "bf16_flops": 756e12, "fp16_flops": 756e12, "source": "datasheet (SXM), not measured here"},
 }
