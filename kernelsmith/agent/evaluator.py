@@ -1,17 +1,12 @@
-"""compile / verify / profile for the agent's tools, and the compact text the model reads.
-
-Every step runs in harness worker processes (evaluate.py); nothing here imports torch or
-candidate code. The sandbox pool (a later issue) replaces WorkdirEvaluator behind the same
-three methods.
+"""The Evaluator protocol behind the agent's compile / verify / profile tools, and the compact
+text the model reads. The implementation is sandbox.base.SandboxEvaluator: every step runs in
+harness worker processes of a sandbox; nothing here imports torch or candidate code.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
 from typing import Any, Protocol
 
-from kernelsmith.evaluate import EvalOptions, evaluate_workdir, run_build
 from kernelsmith.harness.result import EvalResult
 
 
@@ -19,20 +14,6 @@ class Evaluator(Protocol):
     def compile(self) -> dict[str, Any]: ...
     def verify(self) -> EvalResult: ...
     def profile(self) -> EvalResult: ...
-
-
-class WorkdirEvaluator:
-    def __init__(self, workdir: Path, opts: EvalOptions):
-        self.workdir, self.opts = Path(workdir), opts
-
-    def compile(self) -> dict[str, Any]:
-        return run_build(self.workdir / "kernels", self.opts.device, self.opts.fast_math, self.opts.build_timeout_s)
-
-    def verify(self) -> EvalResult:
-        return evaluate_workdir(self.workdir, replace(self.opts, profile=False))
-
-    def profile(self) -> EvalResult:
-        return evaluate_workdir(self.workdir, replace(self.opts, profile=True))
 
 
 def format_build(built: dict[str, Any]) -> str:

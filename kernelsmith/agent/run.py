@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelsmith import workdir as wd
-from kernelsmith.agent.evaluator import WorkdirEvaluator
 from kernelsmith.agent.loop import Agent, Budget
 from kernelsmith.agent.progress import Best, Progress
 from kernelsmith.agent.tools import Toolbox
@@ -132,11 +131,18 @@ def _best_of(state: reader.SessionState) -> Best | None:
 def _agent(settings, workdir, config, backend, recorder, progress, system, messages, on_text, sandbox=None,
            **state) -> Agent:
     opts = eval_options(settings, config)
-    evaluator = SandboxEvaluator(sandbox, workdir, opts) if sandbox is not None else WorkdirEvaluator(workdir, opts)
-    toolbox = Toolbox(workdir, evaluator, settings.bash_timeout_s)
+    toolbox = Toolbox(workdir, SandboxEvaluator(sandbox or _local_sandbox(config.device), workdir, opts),
+                      settings.bash_timeout_s)
     window = context_window(backend_name(settings), settings)
     return Agent(backend, toolbox, progress, recorder, system, list(messages), budget_of(settings), window,
                  on_text=on_text, **state)
+
+
+def _local_sandbox(device: str):
+    """A session on its own evaluates on this machine: one evaluation per GPU at a time."""
+    from kernelsmith.sandbox.local import LocalSandbox
+
+    return LocalSandbox(device)
 
 
 def _drive(agent: Agent, recorder: Recorder, pending: list[dict] | None = None) -> Ending:
