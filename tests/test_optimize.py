@@ -300,3 +300,23 @@ def test_ctrl_c_records_the_end_and_the_session_resumes(tmp_path):
     assert resumed.returncode == 1, resumed.stderr
     after = read_events(record)
     assert after[-1]["reason"] == "finish" and after[-1]["summary"]["finish_summary"] == "after the interrupt"
+
+
+def test_resume_after_a_kill_between_a_text_reply_and_its_nudge(tmp_path):
+    workdir = make_workdir(tmp_path)
+    script = write_script(tmp_path / "s.json", [
+        {"text": "Thinking out loud, no tool call."},
+        {"text": "done", "tool_calls": [{"name": "finish", "arguments": {"summary": "ok"}}]}])
+    args = ["--workdir", workdir, "--backend", "scripted", "--script", script, "--json"]
+    assert ks("optimize", *args, "--max-turns", "1").returncode == 1
+    record = only_session(workdir)
+    lines = record.read_text().splitlines()
+    cut = next(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "model_turn") + 1
+    record.write_text("\n".join(lines[:cut]) + "\n")  # as if killed right after the text reply
+    resumed = ks("optimize", "--resume", record.parent.name, *args, "--max-turns", "3")
+    assert resumed.returncode == 1, resumed.stderr
+    kinds = [e["kind"] for e in read_events(record)]
+    assert kinds[kinds.index("resume") + 1] == "user_message"  # the nudge the kill cut off
+    state = load_session(record)
+    assert [m["role"] for m in state.messages[:3]] == ["user", "assistant", "user"]
+    assert state.end["reason"] == "finish"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelsmith import workdir as wd
-from kernelsmith.agent.loop import Agent, Budget
+from kernelsmith.agent.loop import NUDGE, Agent, Budget
 from kernelsmith.agent.progress import Best, Progress
 from kernelsmith.agent.tools import Toolbox
 from kernelsmith.backends import backend_name, context_window, create_backend
@@ -110,6 +110,9 @@ def resume(settings: Settings, workdir: Path, session: str, listeners: list[List
     agent = _agent(settings, workdir, config, backend, recorder, progress, state.system, state.messages, on_text,
                    turn=state.turn, usage=Usage(**{k: v for k, v in state.usage.items() if k in Usage.__dataclass_fields__}),
                    elapsed_before_s=state.elapsed_s, sandbox=sandbox)
+    last = agent.messages[-1] if agent.messages else {}
+    if last.get("role") == "assistant" and not last.get("tool_calls"):
+        agent.add_user_message(NUDGE)  # killed before the nudge that follows a reply without tool calls
     return _drive(agent, recorder, pending)
 
 
