@@ -222,6 +222,8 @@ def optimize(task: Optional[str] = typer.Argument(None, help="KernelBench-format
              timeout: Optional[float] = typer.Option(None, "--timeout", help="minutes"),
              inputs: List[str] = typer.Option([], "--input", help="input spec for FILE:CLASS, e.g. 'float32[8,1024]'"),
              init_args: Optional[str] = typer.Option(None, "--init-args", help="constructor args, e.g. '[1024, 0.5]'"),
+             stream: Optional[bool] = typer.Option(None, "--stream/--no-stream",
+                                                   help="stream model answers (default); off for broken servers"),
              as_json: bool = typer.Option(False, "--json", help="print the session events as JSONL"),
              resume: Optional[str] = typer.Option(None, "--resume", help="session id (or prefix) to continue")) -> None:
     """Run the agent: write, compile, verify and profile kernels; commit each new best to git."""
@@ -230,7 +232,8 @@ def optimize(task: Optional[str] = typer.Argument(None, help="KernelBench-format
     from kernelsmith.config import load_settings
 
     flags = {"backend": backend, "model": model, "base_url": base_url, "script": script, "device": device,
-             "precision": precision, "max_turns": max_turns, "max_cost": max_cost, "timeout_min": timeout}
+             "precision": precision, "max_turns": max_turns, "max_cost": max_cost, "timeout_min": timeout,
+             "stream": stream}
     settings = load_settings(flags, [Path.cwd()] + ([workdir] if workdir else []))
     _check_budget(settings)
     if resume:

@@ -31,6 +31,7 @@ class Settings:
     timeout_min: float | None = None
     context_window: int | None = None  # tokens; None: the backend's known window
     max_tokens: int = 8192  # per model reply
+    stream: bool = True  # False: plain JSON answers, for servers whose streaming is broken
     bash_timeout_s: float = 120.0
     trials: int = 5
     noise: float = 0.02  # a new best must beat the old by more than this and the measured spread
@@ -44,6 +45,10 @@ def _convert(name: str, raw: Any, kind) -> Any:
     if raw is None or raw == "":
         return None
     text = str(raw)
+    if kind is bool:
+        if text.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+            raise BadInput(f"setting {name} = {raw!r} is not true or false")
+        return text.lower() in ("1", "true", "yes", "on")
     try:
         if kind in (int, int | None):
             return int(text)

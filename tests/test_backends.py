@@ -292,3 +292,17 @@ def test_fakeapi_plain_json_answers():
     call = completion.choices[0].message.tool_calls[0]
     assert completion.choices[0].message.content == "hi" and json.loads(call.function.arguments) == {"quick": True}
     assert completion.usage.prompt_tokens == 3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_plain_answers_when_streaming_is_off(kind):
+    """--no-stream: one JSON answer per call, for servers whose streamed tool calls are broken."""
+    texts: list[str] = []
+    with FakeAPI([TURN]) as api:
+        reply = ask(make(kind, url_of(api, kind), stream=False), on_text=texts.append)
+    assert api.requests[0]["body"].get("stream") in (False, None)
+    assert texts == ["Let me verify and profile."]  # the whole text at once
+    assert reply.text == "Let me verify and profile."
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("verify", {"quick": False}), ("profile", {})]
+    assert all(c.id for c in reply.tool_calls) and reply.usage.output_tokens == 20
+    assert reply.stop_reason == {"anthropic": "tool_use", "openai": "tool_calls"}[kind]

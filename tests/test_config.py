@@ -55,3 +55,15 @@ def test_the_default_backend_is_the_first_configured(monkeypatch):
     assert backend_name(Settings(backend="openai")) == "openai"
     with pytest.raises(BadInput, match="unknown backend"):
         backend_name(Settings(backend="gemini"))
+
+
+def test_streaming_can_be_turned_off_by_file_env_or_flag(tmp_path, monkeypatch):
+    assert load_settings({}, [tmp_path]).stream is True
+    (tmp_path / "kernelsmith.toml").write_text("stream = false\n")
+    assert load_settings({}, [tmp_path]).stream is False
+    monkeypatch.setenv("KERNELSMITH_STREAM", "yes")
+    assert load_settings({}, [tmp_path]).stream is True
+    assert load_settings({"stream": False}, [tmp_path]).stream is False
+    monkeypatch.setenv("KERNELSMITH_STREAM", "maybe")
+    with pytest.raises(BadInput, match="true or false"):
+        load_settings({}, [tmp_path])

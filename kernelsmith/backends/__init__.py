@@ -58,7 +58,7 @@ def create_backend(settings: Settings) -> Backend:
     if name == "openai" and settings.base_url and not settings.model:
         raise BadInput("--model is required with --base-url", hint="the server's /v1/models lists its names")
     return factory(settings.model or DEFAULT_MODELS[name], base_url=settings.base_url,
-                   max_tokens=settings.max_tokens)
+                   max_tokens=settings.max_tokens, stream=settings.stream)
 
 
 __all__ = ["Backend", "BackendError", "backend_name", "context_window", "create_backend"]

@@ -20,13 +20,14 @@ class AnthropicBackend:
     name = "anthropic"
 
     def __init__(self, model: str, api_key: str | None = None, base_url: str | None = None,
-                 max_tokens: int = 8192, max_retries: int = 4, timeout_s: float = 600.0):
+                 max_tokens: int = 8192, max_retries: int = 4, timeout_s: float = 600.0, stream: bool = True):
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise BackendError("ANTHROPIC_API_KEY is not set",
                                hint="export it, or use --backend openai / --base-url ...")
         self.model = model
         self.max_tokens = max_tokens
+        self.stream = stream
         # An explicit api_key keeps the SDK from looking for profiles or other credentials.
         self.client = anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=max_retries,
                                           timeout=timeout_s)
@@ -39,17 +40,28 @@ class AnthropicBackend:
         if not request["tools"]:
             del request["tools"]
         try:
-            with self.client.messages.stream(**request) as stream:
-                for event in stream:
-                    if event.type == "text" and on_text is not None:
-                        on_text(event.text)
-                message = stream.get_final_message()
+            message = self._streamed(request, on_text) if self.stream else self._plain(request, on_text)
         except Exception as err:
             mapped = self._map_error(err)
             if mapped is None:
                 raise
             raise mapped from err
         return reply_from(message, self.model)
+
+    def _streamed(self, request: dict, on_text: TextSink | None):
+        with self.client.messages.stream(**request) as stream:
+            for event in stream:
+                if event.type == "text" and on_text is not None:
+                    on_text(event.text)
+            return stream.get_final_message()
+
+    def _plain(self, request: dict, on_text: TextSink | None):
+        """One JSON answer, for endpoints whose streaming is broken; the text arrives at once."""
+        message = self.client.messages.create(**request)
+        text = "".join(b.text for b in message.content if b.type == "text")
+        if text and on_text is not None:
+            on_text(text)
+        return message
 
     def _map_error(self, err: Exception) -> BackendError | None:
         """One-line BackendError for an SDK or transport failure; None for anything else (a bug)."""

@@ -1,5 +1,6 @@
 """The OpenAI chat completions backend, for OpenAI itself and any compatible server
-(vLLM, SGLang, Ollama, llama.cpp): always streamed, tolerant of what such servers omit."""
+(vLLM, SGLang, Ollama, llama.cpp): streamed unless `stream=False` (for servers whose streaming
+of tool calls is broken), tolerant of what such servers omit."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class OpenAIBackend:
     name = "openai"
 
     def __init__(self, model: str, api_key: str | None = None, base_url: str | None = None,
-                 max_tokens: int = 8192, max_retries: int = 4, timeout_s: float = 600.0):
+                 max_tokens: int = 8192, max_retries: int = 4, timeout_s: float = 600.0, stream: bool = True):
         base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         key = api_key or os.environ.get("OPENAI_API_KEY") or (NO_KEY if base_url else None)
         if not key:
@@ -29,6 +30,7 @@ class OpenAIBackend:
                                hint="export it, or pass --base-url of an OpenAI-compatible server")
         self.model = model
         self.max_tokens = max_tokens
+        self.stream = stream
         # OpenAI's reasoning models refuse max_tokens; many local servers know only max_tokens.
         self.limit_param = "max_tokens" if base_url else "max_completion_tokens"
         self.client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=max_retries, timeout=timeout_s)
@@ -36,12 +38,14 @@ class OpenAIBackend:
     def complete(self, system: str, messages: list[dict], tools: list[ToolSpec],
                  on_text: TextSink | None = None) -> Reply:
         request: dict[str, Any] = {"model": self.model, self.limit_param: self.max_tokens,
-                                   "messages": to_wire(system, messages), "stream": True,
-                                   "stream_options": {"include_usage": True}}
+                                   "messages": to_wire(system, messages), "stream": self.stream}
+        if self.stream:
+            request["stream_options"] = {"include_usage": True}
         if tools:
             request["tools"] = tools_to_wire(tools)
         try:
-            return self._read(self.client.chat.completions.create(**request), on_text)
+            answer = self.client.chat.completions.create(**request)
+            return self._read(answer, on_text) if self.stream else self._read_plain(answer, on_text)
         except Exception as err:
             mapped = self._map_error(err)
             if mapped is None:
@@ -54,6 +58,20 @@ class OpenAIBackend:
         with stream:
             for chunk in stream:
                 acc.add(chunk, on_text)
+        return acc.reply()
+
+    def _read_plain(self, completion: Any, on_text: TextSink | None) -> Reply:
+        """One chat.completion object, read through the same accumulator as the chunks."""
+        acc = _Accumulator(self.model)
+        acc.model = completion.model or self.model
+        if completion.usage is not None:
+            acc.usage = usage_from(completion.usage)
+        choice = completion.choices[0] if completion.choices else None
+        if choice is not None:
+            acc.stop_reason = choice.finish_reason or ""
+            acc.add_text(choice.message.content, on_text)
+            for position, call in enumerate(choice.message.tool_calls or []):
+                acc._add_call(call, position)
         return acc.reply()
 
     def _map_error(self, err: Exception) -> BackendError | None:
@@ -101,16 +119,21 @@ class _Accumulator:
             delta = choice.delta
             if delta is None:
                 continue
-            if delta.content:
-                self.text.append(delta.content)
-                if on_text is not None:
-                    on_text(delta.content)
+            self.add_text(delta.content, on_text)
             for position, call in enumerate(delta.tool_calls or []):
                 self._add_call(call, position)
 
+    def add_text(self, text: str | None, on_text: TextSink | None) -> None:
+        if text:
+            self.text.append(text)
+            if on_text is not None:
+                on_text(text)
+
     def _add_call(self, call: Any, position: int) -> None:
-        # Fragments of one call share an index; some servers omit it and send whole calls.
-        index = call.index if call.index is not None else position
+        # Fragments of one call share an index; some servers omit it and send whole calls
+        # (and a non-streamed message's calls have no index at all).
+        index = getattr(call, "index", None)
+        index = index if index is not None else position
         slot = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
         slot["id"] = call.id or slot["id"]
         if call.function is not None:
