@@ -109,8 +109,9 @@ def run_one(plan: BenchPlan, sandbox, path: Path, run: int, lint_flags: list[str
     workdir = workdir_for(plan, path, run)
     try:
         ending = _start_or_resume(plan, sandbox, path, workdir, session)
-    except KernelsmithError as err:
-        return {**row, "status": "error", "error": str(err), "wall_s": round(time.perf_counter() - start, 1)}
+    except Exception as err:  # one task's failure (API, git, a bug) must not end the whole bench
+        reason = str(err) if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
+        return {**row, "status": "error", "error": reason[:500], "wall_s": round(time.perf_counter() - start, 1)}
     row.update(_ending_fields(ending, workdir))
     row["wall_s"] = round(time.perf_counter() - start, 1)
     return row
