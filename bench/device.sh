@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The H200 runs still owed, one device call per step (each fits the 10-minute limit):
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune
+# Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
+# if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/ks-out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+KB=.shared/kernelbench
+SIGMOID=$KB/level1/21_Sigmoid.py
+R=bench/results/h200-2026-11-30
+
+STEP=${1:-}
+shift || true  # what follows the step: extra --previous files for baselines-autotune
+case "$STEP" in
+  check)      # what the device has: the CLI needs typer, rich, GitPython and the SDKs
+    python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"
+    for m in typer rich git anthropic openai textual matplotlib; do
+      python3 -c "import $m" 2>/dev/null && echo "have $m" || echo "MISSING $m"
+    done ;;
+  gpu-tests)  # about 5 min: three example builds and a CUDA workdir, cold
+    timeout 560 python3 -m pytest tests/gpu -q -rA -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
+  harness)    # verify on the new output transfer, and the CLI's cached compile
+    timeout 560 python3 bench/harness_cost.py --steps verify,cli --reference $SIGMOID \
+      --candidate bench/candidates/level1_21_Sigmoid --out "$OUT" 2>&1 | tail -20 ;;
+  session)    # one scripted optimize session: wall time per turn in compile, verify, profile
+    timeout 560 python3 bench/agent_session.py $SIGMOID --script bench/sessions/level1_21_Sigmoid/script.json \
+      --out "$OUT" 2>&1 | tail -30 ;;
+  pool)       # jobs per hour, overhead against a bare eval, a worker killed mid-job
+    timeout 560 python3 bench/pool.py --reference $SIGMOID --candidate bench/candidates/level1_21_Sigmoid/model_new.py \
+      --jobs 6 --out "$OUT" 2>&1 | tail -20 ;;
+  baselines)  # the 19 dev tasks still missing from the table (eager and default compile)
+    timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --modes default --workers 2 --deadline 480 \
+      --timeout 300 --previous $R/baselines_partial.jsonl $R/baselines_run1.jsonl $R/baselines_run2.jsonl \
+      --out "$OUT" 2>&1 | grep -v '^|' | tail -30 ;;
+  baselines-autotune)  # levels 1 and 3 with max-autotune-no-cudagraphs too (several calls; pass earlier outputs)
+    timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --workers 2 --deadline 480 --timeout 300 \
+      --previous $R/baselines_run1.jsonl "$@" --out "$OUT" 2>&1 | grep -v '^|' | tail -30 ;;
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune" >&2
+     exit 2 ;;
+esac
