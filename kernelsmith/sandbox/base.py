@@ -10,6 +10,10 @@ The agent loop and the bench take a Sandbox; they do not know which kind it is.
 
 from __future__ import annotations
 
+import collections
+import threading
+import time
+from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,6 +38,68 @@ class Sandbox(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+RECENT_JOBS = 256  # busy intervals kept for stats()["recent"]
+
+
+class JobLedger:
+    """What a pool did, for stats(): jobs per kind, busy seconds per slot, recent intervals.
+
+    Counters: done, failed, errors (harness or pool failures, also counted as failed) and any
+    `extra` ones a pool keeps (the Ray pool counts replaced actors)."""
+
+    def __init__(self, slot_labels: list[str], extra: tuple[str, ...] = ()):
+        self.lock = threading.Lock()
+        self.started = time.time()
+        self.jobs = {kind: dict.fromkeys(("done", "failed", "errors", *extra), 0) for kind in ("build", "evaluate")}
+        self.busy = dict.fromkeys(slot_labels, 0.0) | {"build": 0.0}
+        self.recent: collections.deque[dict] = collections.deque(maxlen=RECENT_JOBS)
+
+    def record(self, kind: str, label: str, start: float, ok: bool, error: bool) -> None:
+        end = time.time()
+        with self.lock:
+            counts = self.jobs[kind]
+            counts["done"] += 1
+            counts["failed"] += not ok
+            counts["errors"] += error
+            self.busy[label] = self.busy.get(label, 0.0) + end - start
+            self.recent.append({"slot": label, "kind": kind, "start": start, "end": end})
+
+    def count(self, kind: str, counter: str) -> None:
+        with self.lock:
+            self.jobs[kind][counter] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {"uptime_s": round(time.time() - self.started, 3),
+                    "jobs": {kind: dict(counts) for kind, counts in self.jobs.items()},
+                    "busy_s": {label: round(s, 3) for label, s in self.busy.items()},
+                    "recent": list(self.recent)}
+
+
+class Submitting:
+    """Futures for callers that want parallelism (the bench), and `with` support, for a pool that
+    keeps its thread pools in `self._executors` ({"build": ..., "evaluate": ...})."""
+
+    def submit_build(self, kernels: Path, device: str, fast_math: bool = False) -> Future:
+        return self._executors["build"].submit(self.build, kernels, device, fast_math)
+
+    def submit_evaluate(self, workdir: Path | None = None, opts: EvalOptions | None = None, *,
+                        reference: Path | None = None, candidate: Path | None = None) -> Future:
+        """A workdir (evaluate_workdir), or reference= and candidate= (evaluate_files)."""
+        opts = opts or EvalOptions(device=self.device)
+        if workdir is not None:
+            return self._executors["evaluate"].submit(self.evaluate_workdir, workdir, opts)
+        if reference is None or candidate is None:
+            raise ValueError("submit_evaluate needs a workdir, or both reference and candidate")
+        return self._executors["evaluate"].submit(self.evaluate_files, reference, candidate, opts)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class SandboxEvaluator:

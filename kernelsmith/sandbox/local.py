@@ -22,13 +22,12 @@ evaluation slots), so queued evaluations never starve builds of threads.
 
 from __future__ import annotations
 
-import collections
 import os
 import queue
 import subprocess
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -37,9 +36,7 @@ from kernelsmith import evaluate
 from kernelsmith.evaluate import EvalOptions
 from kernelsmith.harness import runner
 from kernelsmith.harness.result import EvalResult
-
-RECENT_JOBS = 256  # busy intervals kept for stats()["recent"]
-
+from kernelsmith.sandbox.base import JobLedger, Submitting
 
 @dataclass(frozen=True)
 class Slot:
@@ -92,7 +89,7 @@ def gpu_slots(gpus: list[int] | None) -> list[Slot]:
     return [Slot(f"gpu {g}", {"CUDA_VISIBLE_DEVICES": visible[g]}) for g in gpus]
 
 
-class LocalSandbox:
+class LocalSandbox(Submitting):
     kind = "local"
 
     def __init__(self, device: str, gpus: list[int] | None = None, build_workers: int | None = None):
@@ -107,13 +104,9 @@ class LocalSandbox:
         for index in range(len(self.slots)):
             self._free.put(index)
         self._builds = threading.Semaphore(self.build_workers)
-        self._pools = {"build": ThreadPoolExecutor(self.build_workers, thread_name_prefix="ks-build"),
-                       "evaluate": ThreadPoolExecutor(len(self.slots), thread_name_prefix="ks-eval")}
-        self._lock = threading.Lock()
-        self._started = time.time()
-        self._jobs = {kind: {"done": 0, "failed": 0, "errors": 0} for kind in ("build", "evaluate")}
-        self._busy = {slot.label: 0.0 for slot in self.slots} | {"build": 0.0}
-        self._recent: collections.deque[dict] = collections.deque(maxlen=RECENT_JOBS)
+        self._executors = {"build": ThreadPoolExecutor(self.build_workers, thread_name_prefix="ks-build"),
+                           "evaluate": ThreadPoolExecutor(len(self.slots), thread_name_prefix="ks-eval")}
+        self._ledger = JobLedger([slot.label for slot in self.slots])
 
     # --- the Sandbox protocol ----------------------------------------------------------------
 
@@ -128,7 +121,7 @@ class LocalSandbox:
                 built = {"ok": False, "cached": False, "seconds": 0.0, "log": "",
                          "summary": f"sandbox error: {type(err).__name__}: {err}"}
                 error = True
-            self._record("build", "build", start, bool(built.get("ok")), error)
+            self._ledger.record("build", "build", start, bool(built.get("ok")), error)
         return built
 
     def evaluate_workdir(self, workdir: Path, opts: EvalOptions) -> EvalResult:
@@ -141,29 +134,8 @@ class LocalSandbox:
 
     def close(self) -> None:
         """Cancel queued submissions and wait for running ones (their workers have timeouts)."""
-        for pool in self._pools.values():
+        for pool in self._executors.values():
             pool.shutdown(wait=True, cancel_futures=True)
-
-    # --- futures for callers that want parallelism (the bench) -------------------------------
-
-    def submit_build(self, kernels: Path, device: str, fast_math: bool = False) -> Future:
-        return self._pools["build"].submit(self.build, kernels, device, fast_math)
-
-    def submit_evaluate(self, workdir: Path | None = None, opts: EvalOptions | None = None, *,
-                        reference: Path | None = None, candidate: Path | None = None) -> Future:
-        """A workdir (evaluate_workdir), or reference= and candidate= (evaluate_files)."""
-        opts = opts or EvalOptions(device=self.device)
-        if workdir is not None:
-            return self._pools["evaluate"].submit(self.evaluate_workdir, workdir, opts)
-        if reference is None or candidate is None:
-            raise ValueError("submit_evaluate needs a workdir, or both reference and candidate")
-        return self._pools["evaluate"].submit(self.evaluate_files, reference, candidate, opts)
-
-    def __enter__(self) -> "LocalSandbox":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     # --- accounting ---------------------------------------------------------------------------
 
@@ -171,12 +143,8 @@ class LocalSandbox:
         """Jobs done/failed/errors per kind ("errors": harness exceptions, also counted as failed),
         busy seconds per slot ("build" sums the build slots), uptime, and the latest busy intervals
         (epoch seconds) as {"slot", "kind", "start", "end"}."""
-        with self._lock:
-            return {"kind": self.kind, "device": self.device, "slots": [s.label for s in self.slots],
-                    "build_workers": self.build_workers, "uptime_s": round(time.time() - self._started, 3),
-                    "jobs": {kind: dict(counts) for kind, counts in self._jobs.items()},
-                    "busy_s": {label: round(s, 3) for label, s in self._busy.items()},
-                    "recent": list(self._recent)}
+        return {"kind": self.kind, "device": self.device, "slots": [s.label for s in self.slots],
+                "build_workers": self.build_workers, **self._ledger.snapshot()}
 
     # --- internals ----------------------------------------------------------------------------
 
@@ -190,20 +158,10 @@ class LocalSandbox:
         except Exception as err:  # noqa: BLE001  (a rejected result, never an exception to the caller)
             result, error = _sandbox_failure(err, opts), True
         finally:  # also on KeyboardInterrupt: the slot must go back before the interrupt goes on
-            self._record("evaluate", slot.label, start, result is not None and result.clean, error)
+            self._ledger.record("evaluate", slot.label, start, result is not None and result.clean, error)
             self._free.put(index)
         result.notes.append(f"sandbox: local {slot.label}")
         return result
-
-    def _record(self, kind: str, label: str, start: float, ok: bool, error: bool) -> None:
-        end = time.time()
-        with self._lock:
-            counts = self._jobs[kind]
-            counts["done"] += 1
-            counts["failed"] += not ok
-            counts["errors"] += error
-            self._busy[label] += end - start
-            self._recent.append({"slot": label, "kind": kind, "start": start, "end": end})
 
 
 def _sandbox_failure(err: Exception, opts: EvalOptions) -> EvalResult:

@@ -37,13 +37,12 @@ a call made after close() raises. Each result's notes name the actor that ran it
 
 from __future__ import annotations
 
-import collections
 import os
 import queue
 import signal
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,13 +55,13 @@ from kernelsmith import evaluate
 from kernelsmith.evaluate import EvalOptions
 from kernelsmith.harness import runner
 from kernelsmith.harness.result import EvalResult
+from kernelsmith.sandbox.base import JobLedger, Submitting
 
 EVAL_RESOURCE = "kernelsmith_eval"
 ACTOR_ENV = "KERNELSMITH_RAY_ACTOR"  # tags an actor's worker processes, so they can be found after it dies
 SLACK_S = 60.0  # on top of the worker timeouts: process start-up, scheduling, result transfer
 START_TIMEOUT_S = 180.0  # for the first actors to come up (Ray starts a process per actor)
 REAP_TIMEOUT_S = 30.0
-RECENT_JOBS = 256  # busy intervals kept for stats()["recent"]
 
 
 @ray.remote(max_concurrency=1)
@@ -181,7 +180,7 @@ class _Failed(Exception):
         self.reason, self.lost, self.where = reason, lost, ""
 
 
-class RaySandbox:
+class RaySandbox(Submitting):
     """The Sandbox protocol on Ray actors; see the module docstring. Like LocalSandbox, the
     caller never gets an exception from a job: failures come back as a rejected EvalResult
     (stage "sandbox") or a failed build dict."""
@@ -198,11 +197,8 @@ class RaySandbox:
         ray.init(address=address, ignore_reinit_error=True, **ray_init_kwargs)
         self._lock = threading.Lock()
         self._closed = False
-        self._started = time.time()
         self._pools: dict[str, _Pool] = {}
-        self._threads: dict[str, ThreadPoolExecutor] = {}
-        self._jobs = {kind: {"done": 0, "failed": 0, "errors": 0, "replaced": 0} for kind in ("build", "evaluate")}
-        self._recent: collections.deque[dict] = collections.deque(maxlen=RECENT_JOBS)
+        self._executors: dict[str, ThreadPoolExecutor] = {}
         try:
             total = ray.cluster_resources()
             options, n_eval = _eval_placement(device, gpus, num_gpus_per_worker, total)
@@ -213,9 +209,9 @@ class RaySandbox:
         except BaseException:
             self.close()
             raise
-        self._busy = {slot.label: 0.0 for slot in self._pools["evaluate"].slots} | {"build": 0.0}
-        self._threads = {kind: ThreadPoolExecutor(len(pool.slots), thread_name_prefix=f"ks-ray-{kind}")
-                         for kind, pool in self._pools.items()}
+        self._ledger = JobLedger([slot.label for slot in self._pools["evaluate"].slots], extra=("replaced",))
+        self._executors = {kind: ThreadPoolExecutor(len(pool.slots), thread_name_prefix=f"ks-ray-{kind}")
+                           for kind, pool in self._pools.items()}
 
     # --- the Sandbox protocol ----------------------------------------------------------------
 
@@ -244,7 +240,7 @@ class RaySandbox:
             if self._closed:
                 return
             self._closed = True
-        for threads in self._threads.values():
+        for threads in self._executors.values():
             threads.shutdown(wait=False, cancel_futures=True)
         idle = {id(s) for pool in self._pools.values() for s in list(pool.free.queue)}
         busy = [s for pool in self._pools.values() for s in pool.slots if id(s) not in idle]
@@ -255,41 +251,14 @@ class RaySandbox:
         if self._owns_ray:
             ray.shutdown()
 
-    # --- futures for callers that want parallelism (the bench), as LocalSandbox -------------
-
-    def submit_build(self, kernels: Path, device: str, fast_math: bool = False) -> Future:
-        return self._threads["build"].submit(self.build, kernels, device, fast_math)
-
-    def submit_evaluate(self, workdir: Path | None = None, opts: EvalOptions | None = None, *,
-                        reference: Path | None = None, candidate: Path | None = None) -> Future:
-        """A workdir (evaluate_workdir), or reference= and candidate= (evaluate_files)."""
-        opts = opts or EvalOptions(device=self.device)
-        if workdir is not None:
-            return self._threads["evaluate"].submit(self.evaluate_workdir, workdir, opts)
-        if reference is None or candidate is None:
-            raise ValueError("submit_evaluate needs a workdir, or both reference and candidate")
-        return self._threads["evaluate"].submit(self.evaluate_files, reference, candidate, opts)
-
-    def __enter__(self) -> "RaySandbox":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     # --- accounting ---------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
         """As LocalSandbox.stats: jobs done/failed/errors per kind ("errors": lost actors and
         harness exceptions, also counted as failed) plus "replaced" actors, busy seconds per
         slot ("build" sums the build actors), uptime and the latest busy intervals."""
-        with self._lock:
-            return {"kind": self.kind, "device": self.device,
-                    "slots": [s.label for s in self._pools["evaluate"].slots],
-                    "build_workers": len(self._pools["build"].slots),
-                    "uptime_s": round(time.time() - self._started, 3),
-                    "jobs": {kind: dict(counts) for kind, counts in self._jobs.items()},
-                    "busy_s": {label: round(s, 3) for label, s in self._busy.items()},
-                    "recent": list(self._recent)}
+        return {"kind": self.kind, "device": self.device, "slots": [s.label for s in self._pools["evaluate"].slots],
+                "build_workers": len(self._pools["build"].slots), **self._ledger.snapshot()}
 
     def actors(self, kind: str = "evaluate") -> list[Any]:
         """The current actor handles of a pool ("evaluate" or "build"): each has pid() and info()."""
@@ -338,8 +307,8 @@ class RaySandbox:
                 self._replace(pool, slot)
             raise
         finally:  # also on KeyboardInterrupt: the slot goes back
-            self._record(kind, slot.label if kind == "evaluate" else "build", start,
-                         value is not None and ok(value), error)
+            self._ledger.record(kind, slot.label if kind == "evaluate" else "build", start,
+                                value is not None and ok(value), error is not None)
             pool.free.put(slot)
 
     def _run(self, slot: _Slot, method: str, args: tuple, deadline: float) -> Any:
@@ -389,8 +358,7 @@ class RaySandbox:
             slot.info_ref, slot.info = slot.actor.info.remote(), None
         except Exception:  # noqa: BLE001  (the job already failed with its reason)
             return
-        with self._lock:
-            self._jobs[pool.kind]["replaced"] += 1
+        self._ledger.count(pool.kind, "replaced")
 
     def _reap(self, slots: list[_Slot]) -> None:
         """Kill the worker processes the actors of `slots` left on their nodes (best effort)."""
@@ -405,16 +373,6 @@ class RaySandbox:
                 ray.get(ref, timeout=REAP_TIMEOUT_S)
             except Exception:  # noqa: BLE001  (the node itself may be gone)
                 pass
-
-    def _record(self, kind: str, label: str, start: float, ok: bool, error: Exception | None) -> None:
-        end = time.time()
-        with self._lock:
-            counts = self._jobs[kind]
-            counts["done"] += 1
-            counts["failed"] += not ok
-            counts["errors"] += error is not None
-            self._busy[label] = self._busy.get(label, 0.0) + end - start
-            self._recent.append({"slot": label, "kind": kind, "start": start, "end": end})
 
 
 def _eval_placement(device: str, gpus: int | None, per_worker: float,
