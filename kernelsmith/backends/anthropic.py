@@ -7,13 +7,11 @@ from typing import Any
 
 import anthropic
 
-from kernelsmith.backends.base import (BackendError, BackendUnavailable, Reply, TextSink, ToolCall,
-                                       ToolSpec, Usage)
+from kernelsmith.backends.base import BackendError, Reply, TextSink, ToolCall, ToolSpec, Usage
+from kernelsmith.backends.errors import map_sdk_error
 from kernelsmith.backends.pricing import cost_usd
 
 CACHE = {"type": "ephemeral"}
-# Retryable statuses: the SDK already retried these, so reaching us means it gave up.
-TRANSIENT = {408, 409, 429}
 
 
 class AnthropicBackend:
@@ -64,27 +62,9 @@ class AnthropicBackend:
         return message
 
     def _map_error(self, err: Exception) -> BackendError | None:
-        """One-line BackendError for an SDK or transport failure; None for anything else (a bug)."""
-        url = str(self.client.base_url).rstrip("/")
-        if isinstance(err, (anthropic.AuthenticationError, anthropic.PermissionDeniedError)):
-            return BackendError(f"the API key was rejected by {url}",
-                                hint="check ANTHROPIC_API_KEY")
-        if isinstance(err, anthropic.NotFoundError):
-            return BackendError(f"model {self.model!r} is not known to {url}",
-                                hint="check --model; local servers name models freely, see their /v1/models")
-        if isinstance(err, anthropic.APIConnectionError):  # includes APITimeoutError
-            return BackendUnavailable(f"cannot reach {url}: {one_line(str(err))}",
-                                      hint="check --base-url and the network, or try later")
-        if isinstance(err, anthropic.APIStatusError):
-            if err.status_code in TRANSIENT or err.status_code >= 500 or _is_overload(err):
-                return BackendUnavailable(f"{url} is unavailable: {server_message(err)}",
-                                          hint="retries ran out; try later")
-            return BackendError(f"{url} refused the request: {server_message(err)}",
-                                hint="see the message; check --model")
-        if type(err).__module__.split(".")[0] in ("httpx", "httpx2"):  # a stream cut halfway
-            return BackendUnavailable(f"the connection to {url} broke: {one_line(str(err))}",
-                                      hint="try again")
-        return None
+        return map_sdk_error(anthropic, err, str(self.client.base_url).rstrip("/"), self.model,
+                             key_hint="check ANTHROPIC_API_KEY",
+                             reach_hint="check --base-url and the network, or try later", also_transient=_is_overload)
 
 
 def tools_to_wire(tools: list[ToolSpec]) -> list[dict[str, Any]]:
@@ -136,17 +116,3 @@ def _is_overload(err: anthropic.APIStatusError) -> bool:
     """An error event inside a 200 stream (e.g. overloaded_error) is transient too."""
     body = err.body.get("error") if isinstance(err.body, dict) else None
     return isinstance(body, dict) and body.get("type") in ("overloaded_error", "api_error")
-
-
-def server_message(err: Exception) -> str:
-    """The server's own error text from an SDK status error, on one line."""
-    body = getattr(err, "body", None)
-    while isinstance(body, dict) and isinstance(body.get("error"), (dict, str)):
-        body = body["error"]
-    text = body.get("message") if isinstance(body, dict) else body
-    return one_line(str(text or err))
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -10,9 +10,8 @@ from typing import Any
 
 import openai
 
-from kernelsmith.backends.anthropic import TRANSIENT, one_line, server_message
-from kernelsmith.backends.base import (BackendError, BackendUnavailable, Reply, TextSink, ToolCall,
-                                       ToolSpec, Usage)
+from kernelsmith.backends.base import BackendError, Reply, TextSink, ToolCall, ToolSpec, Usage
+from kernelsmith.backends.errors import map_sdk_error
 from kernelsmith.backends.pricing import cost_usd
 
 NO_KEY = "not-needed"  # local servers ignore the key, but the SDK insists on one
@@ -75,29 +74,10 @@ class OpenAIBackend:
         return acc.reply()
 
     def _map_error(self, err: Exception) -> BackendError | None:
-        """One-line BackendError for an SDK or transport failure; None for anything else (a bug)."""
-        url = str(self.client.base_url).rstrip("/")
-        if isinstance(err, (openai.AuthenticationError, openai.PermissionDeniedError)):
-            return BackendError(f"the API key was rejected by {url}",
-                                hint="check OPENAI_API_KEY (for a local server: the key it was started with)")
-        if isinstance(err, openai.NotFoundError):
-            return BackendError(f"model {self.model!r} is not known to {url}",
-                                hint="check --model; local servers name models freely, see their /v1/models")
-        if isinstance(err, openai.APIConnectionError):  # includes APITimeoutError
-            return BackendUnavailable(f"cannot reach {url}: {one_line(str(err))}",
-                                      hint="check --base-url and that the server is running, or try later")
-        if isinstance(err, openai.APIStatusError):
-            if err.status_code in TRANSIENT or err.status_code >= 500:
-                return BackendUnavailable(f"{url} is unavailable: {server_message(err)}",
-                                          hint="retries ran out; try later")
-            return BackendError(f"{url} refused the request: {server_message(err)}",
-                                hint="see the message; check --model")
-        if isinstance(err, openai.APIError):  # an error object inside the stream
-            return BackendUnavailable(f"{url} failed mid-answer: {server_message(err)}", hint="try again")
-        if type(err).__module__.split(".")[0] in ("httpx", "httpx2"):  # a stream cut halfway
-            return BackendUnavailable(f"the connection to {url} broke: {one_line(str(err))}",
-                                      hint="try again")
-        return None
+        return map_sdk_error(openai, err, str(self.client.base_url).rstrip("/"), self.model,
+                             key_hint="check OPENAI_API_KEY (for a local server: the key it was started with)",
+                             reach_hint="check --base-url and that the server is running, or try later",
+                             stream_errors=True)
 
 
 class _Accumulator:
