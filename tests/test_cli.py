@@ -143,24 +143,7 @@ def get_init_inputs():
 @pytest.mark.slow_build
 def test_init_compile_verify_on_the_cpu(tmp_path, task_dir):
     """The whole workdir loop with the worked example: one real torch-extension build."""
-    task = tmp_path / "triple.py"
-    task.write_text('''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return x * 3.0
-
-
-def get_inputs():
-    return [torch.randn(33, 129)]
-
-
-def get_init_inputs():
-    return []
-''')
+    task = Path(__file__).parent / "data" / "triple_session" / "triple.py"  # y = 3 x on a (33, 129) input
     workdir = tmp_path / "wd"
     assert ks("init", task, "--workdir", workdir, "--device", "cpu").returncode == 0
     unwritten = ks("verify", workdir, "--json")
