@@ -20,20 +20,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from kernelsmith.bench import level_of, task_files
 from kernelsmith.harness import runner
 
 MODES = ("default", "max-autotune-no-cudagraphs")
-
-
-def task_files(paths: list[Path]) -> list[Path]:
-    files = []
-    for path in paths:
-        files += sorted(path.glob("*.py")) if path.is_dir() else [path]
-    return files
-
-
-def level_of(path: Path) -> str:
-    return path.parent.name if path.parent.name.startswith("level") else "-"
 
 
 def run_task(path: Path, modes: tuple[str, ...], timeout: float) -> dict:
@@ -65,9 +55,9 @@ def retry_out_of_memory(rows: list[dict], modes, args, log, deadline_at: float) 
     for row in rows:
         oom = "out of memory" in row.get("error", "")
         (retried if oom and time.monotonic() < deadline_at else kept).append(row)
+    paths = {(level_of(f), f.stem): f for f in task_files(args.paths)}
     for row in retried:
-        path = next(f for f in task_files(args.paths) if (level_of(f), f.stem) == (row["level"], row["task"]))
-        new = run_task(path, modes, args.timeout)
+        new = run_task(paths[row["level"], row["task"]], modes, args.timeout)
         new["retried_alone"] = True
         log.write(json.dumps(new) + "\n")
         log.flush()
