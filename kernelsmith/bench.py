@@ -78,16 +78,9 @@ class RowLog:
         self.lock = threading.Lock()
 
     def finished(self) -> dict[tuple, dict]:
-        if not self.path.is_file():
-            return {}
-        rows = {}
-        for line in self.path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line after a kill
-            rows[row_key(row)] = row
-        return {k: r for k, r in rows.items() if r["status"] in ("done", "failed")}
+        """The latest row of every (task, run) that ended, done or failed (not error or pending)."""
+        rows = bench_report.load_rows(self.path.parent) if self.path.is_file() else []
+        return {row_key(r): r for r in rows if r["status"] in ("done", "failed")}
 
     def append(self, row: dict) -> None:
         with self.lock, open(self.path, "a") as f:
@@ -104,7 +97,7 @@ def run_one(plan: BenchPlan, sandbox, path: Path, run: int, lint_flags: list[str
     """One session, start or resume; any failure becomes a row with the reason, never an exception."""
     from kernelsmith.agent import run as session
 
-    row = {**blank_row(path, run), "lint_flags": list(lint_flags)}
+    row = {**blank_row(path, run), "lint_flags": sorted(lint_flags)}
     start = time.perf_counter()
     workdir = workdir_for(plan, path, run)
     try:
@@ -112,7 +105,8 @@ def run_one(plan: BenchPlan, sandbox, path: Path, run: int, lint_flags: list[str
     except Exception as err:  # one task's failure (API, git, a bug) must not end the whole bench
         reason = str(err) if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
         return {**row, "status": "error", "error": reason[:500], "wall_s": round(time.perf_counter() - start, 1)}
-    row.update(_ending_fields(ending, workdir))
+    row.update(_ending_fields(ending))
+    row["lint_flags"] = sorted(set(lint_flags) | set(_eager_flags(workdir, ending.session_id)))
     row["wall_s"] = round(time.perf_counter() - start, 1)
     return row
 
@@ -128,7 +122,7 @@ def _start_or_resume(plan: BenchPlan, sandbox, path: Path, workdir: Path, sessio
     return session.start(plan.settings, workdir, [], None, sandbox=sandbox)
 
 
-def _ending_fields(ending, workdir: Path) -> dict[str, Any]:
+def _ending_fields(ending) -> dict[str, Any]:
     best = ending.best
     fields = {"status": "done" if best else "failed", "correct": best is not None, "turns": ending.turns,
               "tokens": {"input": ending.usage.input_tokens + ending.usage.cache_read_tokens,
@@ -137,7 +131,6 @@ def _ending_fields(ending, workdir: Path) -> dict[str, Any]:
     if best:
         fields.update({"speedup_vs_eager": best.speedup_vs_eager, "speedup_vs_compile": best.speedup_vs_compile,
                        "reward": best.reward, "best_sha": best.sha})
-    fields["lint_flags_extra"] = _eager_flags(workdir, ending.session_id)
     return fields
 
 
@@ -169,18 +162,12 @@ def run_bench(plan: BenchPlan, tasks: list[Path], sandbox, on_row: Progress | No
     with ThreadPoolExecutor(max(1, plan.workers)) as pool:
         futures = [pool.submit(run_one, plan, sandbox, p, r, flags.get(str(p), [])) for p, r in todo]
         for future in as_completed(futures):
-            row = _merge_flags(future.result())
+            row = future.result()
             log.append(row)
             rows.append(row)
             if on_row:
                 on_row(row)
     return rows
-
-
-def _merge_flags(row: dict) -> dict:
-    extra = row.pop("lint_flags_extra", [])
-    row["lint_flags"] = sorted(set(row["lint_flags"]) | set(extra))
-    return row
 
 
 def lint_all(plan: BenchPlan, tasks: list[Path]) -> dict[str, list[str]]:
