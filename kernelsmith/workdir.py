@@ -50,12 +50,17 @@ class WorkdirConfig:
         return cls(**json.loads(path.read_text()))
 
 
-def skill_text(device: str) -> str:
-    """skills/<device>/SKILL.md: packaged as kernelsmith.skills, or beside the package in a checkout."""
+def packaged_text(folder: str, *parts: str) -> str:
+    """A text file of skills/ or prompts/: packaged as kernelsmith.<folder>, or beside the
+    package in a checkout."""
     try:
-        return resources.files("kernelsmith.skills").joinpath(device, "SKILL.md").read_text()
+        return resources.files(f"kernelsmith.{folder}").joinpath(*parts).read_text()
     except (ModuleNotFoundError, FileNotFoundError):
-        return (Path(__file__).resolve().parent.parent / "skills" / device / "SKILL.md").read_text()
+        return Path(__file__).resolve().parent.parent.joinpath(folder, *parts).read_text()
+
+
+def skill_text(device: str) -> str:
+    return packaged_text("skills", device, "SKILL.md")
 
 
 def render_skill(device: str, task_name: str, precision: str) -> str:
@@ -117,7 +122,7 @@ def _initial_commit(workdir: Path, task_name: str) -> None:
             cfg.set_value("user", "email", "kernelsmith@localhost")
     # git plumbing with an explicit cwd, not repo.index.add: GitPython's index methods chdir the
     # whole process, which breaks other threads (the bench creates workdirs in parallel)
-    repo.git.add("--", *_tracked_files(workdir))
+    repo.git.add("--", *workdir_files(workdir))
     repo.git.commit("-q", "--no-verify", "-m", f"kernelsmith: new workdir for {task_name}\n\n"
                     f"Kernelsmith-Harness: {HARNESS_VERSION}")
 
@@ -130,7 +135,8 @@ def _has_identity(repo) -> bool:
         return False
 
 
-def _tracked_files(workdir: Path) -> list[str]:
+def workdir_files(workdir: Path) -> list[str]:
+    """The workdir's own files, relative: not .git, .kernelsmith or caches."""
     files = []
     for root, dirs, names in os.walk(workdir):
         dirs[:] = [d for d in dirs if d not in (".git", STATE_DIR, "__pycache__")]

@@ -23,8 +23,6 @@ from kernelsmith.sandbox.base import SandboxEvaluator
 from kernelsmith.session import reader
 from kernelsmith.session.recorder import Listener, Recorder, new_session_id
 
-PROMPTS = Path(__file__).resolve().parent.parent.parent / "prompts"
-
 
 @dataclass
 class Ending:
@@ -40,26 +38,18 @@ class Ending:
         return 0 if self.best is not None else 1
 
 
-def prompt_text(name: str) -> str:
-    from importlib import resources
-
-    try:
-        return resources.files("kernelsmith.prompts").joinpath(name).read_text()
-    except (ModuleNotFoundError, FileNotFoundError):
-        return (PROMPTS / name).read_text()
-
-
 def system_prompt(workdir: Path, config: wd.WorkdirConfig) -> str:
     skill = (workdir / "SKILL.md").read_text()
     device_name = "CUDA" if config.device == "cuda" else "C++ (CPU)"
-    return prompt_text("system.md").format(device_name=device_name, skill=skill)
+    return wd.packaged_text("prompts", "system.md").format(device_name=device_name, skill=skill)
 
 
 def task_prompt(workdir: Path, config: wd.WorkdirConfig, budget: Budget) -> str:
-    files = "\n".join(f"- {p}" for p in wd._tracked_files(workdir))
-    return prompt_text("task.md").format(task_name=config.task, device=config.device, precision=config.precision,
-                                         reference=(workdir / "model.py").read_text(), files=files,
-                                         budget=budget.line(0, 0.0, 0.0).removeprefix("[budget] "))
+    files = "\n".join(f"- {p}" for p in wd.workdir_files(workdir))
+    template = wd.packaged_text("prompts", "task.md")
+    return template.format(task_name=config.task, device=config.device, precision=config.precision,
+                           reference=(workdir / "model.py").read_text(), files=files,
+                           budget=budget.line(0, 0.0, 0.0).removeprefix("[budget] "))
 
 
 def budget_of(settings: Settings) -> Budget:
