@@ -149,6 +149,7 @@ class ViewStep:
     out: Value
     expr: str  # uses {x} for the viewed value, e.g. "{x}.view(16, 32)"
     source: str = ""  # name of the viewed value
+    kind: str = ""  # the ATen view op: view, permute, unsqueeze, ...
 
 
 @dataclass

@@ -14,6 +14,7 @@ SQRT_2_OVER_PI = "0.79788456080286536f"
 
 # name -> C expression; fields other than {0}/{1}/{2} come from the op's attrs.
 POINTWISE = {
+    "copy": "{0}",
     "add": "({0} + {alpha} * {1})",
     "sub": "({0} - {alpha} * {1})",
     "rsub": "({1} - {alpha} * {0})",

@@ -1,0 +1,147 @@
+"""Capture a task's computation as a flat list of core ATen nodes with shapes and dtypes.
+
+torch.export traces Model on meta tensors built by the task's own get_inputs() and
+get_init_inputs() (nothing is allocated, nothing else about the task is used), and
+run_decompositions() lowers it to core ATen, so `F.gelu`, `torch.sigmoid` and `x.sigmoid()`
+all arrive as one op. Parameters and buffers keep their module paths, so ModelNew (a
+subclass of Model) reaches them as `self.<path>`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from kernelsmith.builtin.ir import Value
+from kernelsmith.harness import loading
+
+DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+          torch.int64: "int64", torch.int32: "int32", torch.bool: "bool", torch.float64: "float64"}
+
+
+class CaptureError(Exception):
+    """The task's graph could not be captured (data-dependent control flow, unsupported
+    Python in forward, ...). The message says why."""
+
+
+@dataclass
+class Node:
+    name: str
+    target: str  # the ATen overload, e.g. "add.Tensor", "_softmax.default"
+    args: list  # value names, scalars, lists, None
+    kwargs: dict
+    shape: tuple[int, ...]
+    dtype: str
+    contiguous: bool = True
+
+
+@dataclass
+class Graph:
+    inputs: list[Value]  # forward's arguments, in order
+    params: list[Value]  # parameters and buffers, reached as self.<path>
+    nodes: list[Node]
+    outputs: list[str]
+    returns_tuple: bool
+    consumers: dict[str, list[str]] = field(default_factory=dict)  # value -> nodes that read it
+
+    def values(self) -> dict[str, Value]:
+        found = {v.name: v for v in self.inputs + self.params}
+        found.update({n.name: Value(n.name, n.shape, n.dtype, contiguous=n.contiguous) for n in self.nodes})
+        return found
+
+
+def capture(task_path: Path) -> Graph:
+    task = loading.load_module(task_path, "ks_builtin_task")
+    loading.require(task, "Model", "get_inputs", "get_init_inputs")
+    with torch.device("meta"):
+        model = task.Model(*task.get_init_inputs())
+        inputs = tuple(task.get_inputs())
+    model.eval()
+    try:
+        program = torch.export.export(model, inputs).run_decompositions()
+    except Exception as err:  # export raises many kinds; all mean "cannot capture"
+        raise CaptureError(f"torch.export could not capture Model: {type(err).__name__}: "
+                           f"{str(err).splitlines()[0] if str(err) else ''}") from None
+    return _graph_of(program, len(inputs))
+
+
+def c_name(name: str) -> str:
+    return re.sub(r"\W", "_", name)
+
+
+def _value_of(node, source: str = "") -> Value:
+    val = node.meta["val"]
+    return Value(c_name(node.name), tuple(int(s) for s in val.shape), DTYPES.get(val.dtype, str(val.dtype)),
+                 source=source, contiguous=val.is_contiguous())
+
+
+def _graph_of(program, n_inputs: int) -> Graph:
+    signature = program.graph_signature
+    param_paths = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+    inputs, params, nodes, outputs = [], [], [], []
+    for node in program.graph.nodes:
+        if node.op == "placeholder":
+            if node.name in param_paths:
+                params.append(_value_of(node, "self." + param_paths[node.name]))
+            else:
+                inputs.append(_value_of(node, f"x{len(inputs)}"))
+        elif node.op == "call_function":
+            nodes.append(_node_of(node))
+        elif node.op == "output":
+            outputs = [c_name(a.name) for a in node.args[0]]
+    if len(inputs) != n_inputs:
+        raise CaptureError(f"the graph has {len(inputs)} tensor inputs, get_inputs() gives {n_inputs} "
+                           "(non-tensor inputs are not supported yet)")
+    graph = Graph(inputs, params, nodes, outputs, returns_tuple=_returns_tuple(program))
+    graph.consumers = _consumers(graph)
+    return graph
+
+
+def _returns_tuple(program) -> bool:
+    spec = program.call_spec.out_spec
+    return spec is not None and not spec.is_leaf()
+
+
+def _node_of(node) -> Node:
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)):  # multi-output ops (max.dim): described by their first result
+        val = val[0]
+    target = "getitem" if node.target.__name__ == "getitem" else str(node.target).removeprefix("aten.")
+    return Node(c_name(node.name), target, [_arg(a) for a in node.args],
+                {k: _arg(v) for k, v in node.kwargs.items()}, tuple(int(s) for s in val.shape),
+                DTYPES.get(val.dtype, str(val.dtype)), val.is_contiguous())
+
+
+def _arg(arg):
+    if isinstance(arg, torch.fx.Node):
+        return c_name(arg.name)
+    if isinstance(arg, (list, tuple)):
+        return [_arg(a) for a in arg]
+    if isinstance(arg, torch.dtype):
+        return DTYPES.get(arg, str(arg))
+    if isinstance(arg, (torch.device, torch.layout, torch.memory_format)):
+        return str(arg)
+    return arg
+
+
+def _consumers(graph: Graph) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for node in graph.nodes:
+        for name in _names_in(node.args) + _names_in(list(node.kwargs.values())):
+            found.setdefault(name, []).append(node.name)
+    for name in graph.outputs:
+        found.setdefault(name, []).append("output")
+    return found
+
+
+def _names_in(args) -> list[str]:
+    names = []
+    for a in args:
+        if isinstance(a, str):
+            names.append(a)
+        elif isinstance(a, list):
+            names += _names_in(a)
+    return names

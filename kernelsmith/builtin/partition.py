@@ -1,0 +1,233 @@
+"""Partition a captured graph into kernels: pointwise chains, reductions with the pointwise
+work around them, and GEMMs with their epilogues. Views run in Python between kernels.
+
+One pass in graph order. A pointwise node joins the most recent group when every value of
+that group it reads is inside the group and its shape fits the group (the index space of a
+chain or a GEMM's output; the reduced shape, or the operand's shape for the normalisation
+pattern, in a reduction). A reduction takes over the chain just before it as its prologue.
+Anything else starts a new group. Afterwards, a value becomes a kernel output when something
+outside its group (or forward's return) reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kernelsmith.builtin import lowering
+from kernelsmith.builtin.access import broadcastable
+from kernelsmith.builtin.graph import Graph, Node
+from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, GemmGroup, Group, Op, Plan, PointwiseGroup,
+                                    ReductionGroup, Value, ViewStep)
+from kernelsmith.builtin.lowering import Unsupported
+
+FLOAT = "float32"
+ALIAS_VIEWS = ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze")
+
+
+@dataclass
+class Partitioner:
+    graph: Graph
+    values: dict[str, Value] = field(default_factory=dict)
+    steps: list = field(default_factory=list)
+    owner: dict[str, int] = field(default_factory=dict)  # value -> index of the step that makes it
+    reduced: dict[int, set] = field(default_factory=dict)  # reduction step -> values at the reduced shape
+
+    def __post_init__(self):
+        self.values = self.graph.values()
+
+    def run(self) -> Plan:
+        plan = Plan(self.graph.inputs, self.steps, self.graph.outputs, self.graph.returns_tuple)
+        try:
+            for node in _fold_multi_output(self.graph.nodes):
+                self.add(node)
+            self.mark_outputs()
+        except Unsupported as err:
+            plan.unsupported.append(str(err))
+        return plan
+
+    def add(self, node: Node) -> None:
+        kind = lowering.kind_of(node)
+        if kind == "unsupported":
+            raise Unsupported(f"{node.target} is not supported yet")
+        getattr(self, f"add_{kind}")(node)
+
+    # --- pointwise -----------------------------------------------------------------------
+
+    def add_pointwise(self, node: Node) -> None:
+        op = lowering.pointwise_op(node)
+        self.require_float(node, op.tensor_args())
+        last = len(self.steps) - 1
+        internal = [a for a in op.tensor_args() if self.owner.get(a) == last]
+        others = [a for a in op.tensor_args() if a not in internal]
+        if internal and self.joins(self.steps[last], node, internal, others):
+            return self.join(last, node, op, others)
+        group = PointwiseGroup(self.new_name("pointwise"), [], [], shape=node.shape, body=[op])
+        self.add_inputs(group, op.tensor_args())
+        self.push(group, node.name)
+
+    def joins(self, group: Group, node: Node, internal: list[str], others: list[str]) -> bool:
+        if any(not broadcastable(self.values[a].shape, node.shape) for a in others):
+            return False
+        if isinstance(group, PointwiseGroup):
+            return node.shape == group.shape
+        if isinstance(group, GemmGroup):
+            return node.shape == group.out_shape
+        if isinstance(group, ReductionGroup):
+            return self.reduction_phase(group, node, internal) is not None
+        return False
+
+    def reduction_phase(self, group: ReductionGroup, node: Node, internal: list[str]) -> str | None:
+        """Where a pointwise node goes in a reduction group: epilogue, broadcast_epilogue or none."""
+        if group.reduce in ("argmax", "argmin"):
+            return None
+        if group.reduce in FULL_SHAPE_REDUCTIONS:
+            return "epilogue" if node.shape == group.in_shape and not group.broadcast_epilogue else None
+        reduced = self.reduced[self.owner[group.result]]
+        if node.shape == group.result_shape and set(internal) <= reduced and not group.broadcast_epilogue:
+            return "epilogue"
+        if node.shape == group.in_shape and all(self.broadcasts_back(group, a) for a in internal if a in reduced):
+            return "broadcast_epilogue"
+        return None
+
+    def broadcasts_back(self, group: ReductionGroup, name: str) -> bool:
+        """A reduced value lines up with the operand under torch broadcasting (keepdim layout)."""
+        shape, rank = self.values[name].shape, len(group.in_shape)
+        padded = (1,) * (rank - len(shape)) + tuple(shape)
+        keep = tuple(1 if d in group.dims else s for d, s in enumerate(group.in_shape))
+        return len(shape) <= rank and padded == keep
+
+    def join(self, index: int, node: Node, op: Op, others: list[str]) -> None:
+        group = self.steps[index]
+        if isinstance(group, ReductionGroup):
+            phase = self.reduction_phase(group, node, [a for a in op.tensor_args() if a not in others])
+            getattr(group, phase).append(op)
+            if phase == "epilogue" and group.reduce not in FULL_SHAPE_REDUCTIONS:
+                self.reduced[index].add(node.name)
+        else:
+            group.ops().append(op)
+        self.add_inputs(group, others)
+        self.owner[node.name] = index
+
+    # --- reductions ----------------------------------------------------------------------
+
+    def add_reduction(self, node: Node) -> None:
+        operand = node.args[0]
+        in_shape = self.values[operand].shape
+        spec = lowering.reduction_spec(node, len(in_shape))
+        self.require_float(node, [operand], result_may_be_index=spec.reduce in ("argmax", "argmin"))
+        last = len(self.steps) - 1
+        group = ReductionGroup(self.new_name("reduction"), [], [], in_shape=in_shape, dims=spec.dims,
+                               keepdim=spec.keepdim, reduce=spec.reduce, operand=operand, result=node.name,
+                               result_shape=node.shape)
+        chain = self.steps[last] if self.owner.get(operand) == last and last >= 0 else None
+        if isinstance(chain, PointwiseGroup) and chain.shape == in_shape:
+            group.name = chain.name.replace("_pointwise", "_reduction")
+            group.inputs, group.prologue = chain.inputs, chain.body
+            self.steps[last] = group  # the chain becomes the prologue, in place
+            self.owner[node.name] = last
+        else:
+            self.add_inputs(group, [operand])
+            self.push(group, node.name)
+        self.reduced[self.owner[node.name]] = {node.name}
+
+    # --- GEMMs -----------------------------------------------------------------------------
+
+    def add_gemm(self, node: Node) -> None:
+        name, args = lowering.base(node.target), list(node.args)
+        bias, a, b = (args[0], args[1], args[2]) if name == "addmm" else (None, args[0], args[1])
+        self.require_float(node, [x for x in (bias, a, b) if x])
+        b_source, trans_b = self.weight_of(b)
+        a_value = self.values[a]
+        if not a_value.contiguous or self.owner.get(a) is None and a_value.dtype != FLOAT:
+            raise Unsupported(f"{node.target} on a non-contiguous left operand")
+        if not trans_b and not self.values[b_source].contiguous:
+            raise Unsupported(f"{node.target} on a non-contiguous right operand")
+        group = self.gemm_group(node, name, a, b_source, trans_b, bias)
+        self.add_inputs(group, [x for x in (a, b_source, bias) if x])
+        self.push(group, node.name)
+
+    def weight_of(self, b: str) -> tuple[str, bool]:
+        """b itself, or (W, True) when b is W.permute(1, 0) / W.t() of a contiguous 2-D W."""
+        step = self.steps[self.owner[b]] if b in self.owner else None
+        if isinstance(step, ViewStep) and step.kind in ("permute", "t", "transpose") and \
+                len(self.values[b].shape) == 2 and self.values[step.source].contiguous:
+            return step.source, True
+        return b, False
+
+    def gemm_group(self, node: Node, name: str, a: str, b: str, trans_b: bool, bias: str | None) -> GemmGroup:
+        a_shape, out = self.values[a].shape, node.shape
+        if bias is not None and self.values[bias].shape not in ((out[-1],), (1, out[-1])):
+            raise Unsupported(f"addmm with a bias of shape {list(self.values[bias].shape)}")
+        scale = {k: float(node.kwargs.get(k, 1.0)) for k in ("alpha", "beta")}
+        return GemmGroup(self.new_name("gemm"), [], [], a=a, b=b, bias=bias, trans_b=trans_b,
+                         batch=out[0] if name == "bmm" else 1, m=out[-2], n=out[-1], k=a_shape[-1],
+                         result=node.name, out_shape=out, **scale)
+
+    # --- views -----------------------------------------------------------------------------
+
+    def add_view(self, node: Node) -> None:
+        source = node.args[0]
+        last = len(self.steps) - 1
+        group = self.steps[last] if self.owner.get(source) == last and last >= 0 else None
+        if isinstance(group, ReductionGroup) and lowering.base(node.target) in ALIAS_VIEWS \
+                and source in self.reduced[last] and node.contiguous:
+            return self.join(last, node, Op("copy", [source], node.name), [])
+        view = ViewStep(self.values[node.name], lowering.view_expr(node), source, lowering.base(node.target))
+        self.values[node.name].source = ""
+        self.push(view, node.name)
+
+    # --- bookkeeping -----------------------------------------------------------------------
+
+    def push(self, step, produced: str) -> None:
+        self.steps.append(step)
+        self.owner[produced] = len(self.steps) - 1
+
+    def new_name(self, kind: str) -> str:
+        return f"k{sum(isinstance(s, Group) for s in self.steps)}_{kind}"
+
+    def add_inputs(self, group: Group, names: list[str]) -> None:
+        for name in names:
+            if all(v.name != name for v in group.inputs):
+                group.inputs.append(self.values[name])
+
+    def require_float(self, node: Node, args: list[str], result_may_be_index: bool = False) -> None:
+        wrong = [a for a in args if self.values[a].dtype != FLOAT]
+        if wrong or (node.dtype != FLOAT and not (result_may_be_index and node.dtype == "int64")):
+            dtype = self.values[wrong[0]].dtype if wrong else node.dtype
+            raise Unsupported(f"{node.target} on {dtype} (only float32 kernels are generated yet)")
+
+    def mark_outputs(self) -> None:
+        """A value leaves its kernel when another step or forward's return reads it."""
+        for name, index in self.owner.items():
+            step = self.steps[index]
+            if not isinstance(step, Group):
+                continue
+            readers = self.graph.consumers.get(name, [])
+            if any(r == "output" or self.owner.get(r) != index for r in readers):
+                step.outputs.append(self.values[name])
+        for name in self.graph.outputs:
+            if name not in self.owner:
+                raise Unsupported("forward returns one of its inputs or parameters unchanged")
+
+
+def _fold_multi_output(nodes: list[Node]) -> list[Node]:
+    """max.dim / min.dim and their getitems -> amax/argmax (amin/argmin) nodes."""
+    multi = {n.name: n for n in nodes if n.target in ("max.dim", "min.dim")}
+    folded = []
+    for node in nodes:
+        if node.name in multi:
+            continue
+        if node.target == "getitem" and node.args[0] in multi:
+            source = multi[node.args[0]]
+            which = ("amax" if source.target == "max.dim" else "amin") if node.args[1] == 0 else \
+                ("argmax" if source.target == "max.dim" else "argmin")
+            dim, keep = source.args[1], source.args[2] if len(source.args) > 2 else False
+            args = [source.args[0], [dim], keep] if which in ("amax", "amin") else [source.args[0], dim, keep]
+            node = Node(node.name, f"{which}.default", args, {}, node.shape,
+                        "int64" if which.startswith("arg") else node.dtype, node.contiguous)
+        folded.append(node)
+    return folded
+
+
+def plan(graph: Graph) -> Plan:
+    return Partitioner(graph).run()
