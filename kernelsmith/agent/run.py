@@ -126,6 +126,8 @@ def _agent(settings, workdir, config, backend, recorder, progress, system, messa
     opts = eval_options(settings, config)
     toolbox = Toolbox(workdir, SandboxEvaluator(sandbox or _local_sandbox(config.device), workdir, opts),
                       settings.bash_timeout_s)
+    if hasattr(backend, "bind"):  # the built-in policy reads the task from the workdir
+        backend.bind(workdir, config.device, config.precision)
     window = context_window(backend_name(settings), settings)
     return Agent(backend, toolbox, progress, recorder, system, list(messages), budget_of(settings), window,
                  on_text=on_text, **state)

@@ -13,9 +13,10 @@ BACKENDS = {
     "anthropic": "kernelsmith.backends.anthropic:AnthropicBackend",
     "openai": "kernelsmith.backends.openai:OpenAIBackend",
     "scripted": "kernelsmith.backends.scripted:ScriptedBackend",
+    "builtin": "kernelsmith.builtin.policy:BuiltinBackend",
 }
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4.1"}
-CONTEXT_WINDOWS = {"anthropic": 200_000, "openai": 128_000, "scripted": 1_000_000}
+CONTEXT_WINDOWS = {"anthropic": 200_000, "openai": 128_000, "scripted": 1_000_000, "builtin": 1_000_000}
 LOCAL_CONTEXT_WINDOW = 32_768  # an OpenAI-compatible local server: assume a modest window
 
 NO_BACKEND_HINT = ("set ANTHROPIC_API_KEY or OPENAI_API_KEY; or --backend openai --base-url "
@@ -24,11 +25,9 @@ NO_BACKEND_HINT = ("set ANTHROPIC_API_KEY or OPENAI_API_KEY; or --backend openai
 
 
 def backend_name(settings: Settings) -> str:
-    """The explicit choice, else the first one configured in the environment."""
+    """The explicit choice, else the first one configured in the environment, else the
+    built-in offline policy (no key needed)."""
     if settings.backend:
-        if settings.backend == "builtin":
-            raise BadInput("the built-in offline policy is not available in this version",
-                           hint=NO_BACKEND_HINT)
         if settings.backend not in BACKENDS:
             raise BadInput(f"unknown backend {settings.backend!r}", hint="one of: " + ", ".join(BACKENDS))
         return settings.backend
@@ -36,7 +35,7 @@ def backend_name(settings: Settings) -> str:
         return "anthropic"
     if os.environ.get("OPENAI_API_KEY") or settings.base_url:
         return "openai"
-    raise BadInput("no model backend is configured", hint=NO_BACKEND_HINT)
+    return "builtin"
 
 
 def context_window(name: str, settings: Settings) -> int:
@@ -55,6 +54,8 @@ def create_backend(settings: Settings) -> Backend:
         if not settings.script:
             raise BadInput("the scripted backend needs --script FILE (a JSON list of turns or an events.jsonl)")
         return factory(settings.script)
+    if name == "builtin":
+        return factory()
     if name == "openai" and settings.base_url and not settings.model:
         raise BadInput("--model is required with --base-url", hint="the server's /v1/models lists its names")
     return factory(settings.model or DEFAULT_MODELS[name], base_url=settings.base_url,

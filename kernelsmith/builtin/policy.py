@@ -1,0 +1,170 @@
+"""The built-in backend: a small kernel compiler with search, driving the same tools an LLM
+uses. Each call to `complete` reads the last tool results and returns the next turn:
+
+1. plan: capture the graph, partition it, generate a kernel per group, write the files, compile;
+2. profile the first version (verify, then time it against eager and torch.compile);
+3. search: for each kernel with several launch variants, try each one (model_new.py changes,
+   kernels/ does not) and keep the fastest; every new best is committed by the loop;
+4. write back the best configuration and finish.
+What it cannot generate is reported as unsupported, never replaced by torch ops.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelsmith.backends.base import Reply, ToolCall, ToolSpec, Usage
+
+SPEEDUP_RE = re.compile(r"speed-up ([0-9.]+)x vs eager")
+BUDGET_RE = re.compile(r"\[budget\] turn (\d+) of (\d+)")
+TURNS_TO_FINISH = 1  # the turn that writes the best configuration back and finishes
+
+
+@dataclass
+class Candidate:
+    configs: list[int]
+    label: str
+
+
+@dataclass
+class SearchState:
+    plan: object = None
+    variants: list[list[str]] = field(default_factory=list)
+    best: list[int] = field(default_factory=list)
+    best_speedup: float | None = None
+    queue: list[tuple[int, int]] = field(default_factory=list)
+    trying: Candidate | None = None
+    phase: str = "plan"
+
+
+class BuiltinBackend:
+    name = "builtin"
+
+    def __init__(self, model: str = "builtin", **_ignored):
+        self.model = model
+        self.workdir: Path | None = None
+        self.device, self.precision = "cpu", "fp32"
+        self.state = SearchState()
+        self.calls = 0
+
+    def bind(self, workdir: Path, device: str, precision: str) -> None:
+        """The workdir the session runs in: the policy reads model.py from it."""
+        self.workdir, self.device, self.precision = Path(workdir), device, precision
+
+    def complete(self, system: str, messages: list[dict], tools: list[ToolSpec], on_text=None) -> Reply:
+        self.calls += 1
+        results = _last_results(messages)
+        text, calls = getattr(self, f"_{self.state.phase}")(results, _budget_left(results))
+        if on_text and text:
+            on_text(text)
+        tool_calls = [ToolCall(f"b{self.calls}_{i}", name, args) for i, (name, args) in enumerate(calls)]
+        return Reply(text, tool_calls, Usage(), stop_reason="builtin", model=self.model)
+
+    # --- phases: each returns (text, [(tool, arguments), ...]) ------------------------------------
+
+    def _plan(self, results, turns_left):
+        from kernelsmith.builtin import generate
+
+        built = generate.build_plan(self.workdir / "model.py", self.device, self.precision)
+        if built.unsupported:
+            return self._give_up("This task is outside what the built-in policy generates yet: "
+                                 + "; ".join(built.unsupported))
+        self.state.plan, self.state.variants = built.plan, built.variants
+        self.state.best = [0] * len(built.variants)
+        self.state.phase = "compiled"
+        writes = [("write_file", {"path": f"kernels/{name}", "content": text}) for name, text in built.files.items()]
+        writes.append(("write_file", {"path": "model_new.py", "content": built.model_new(self.state.best)}))
+        clear = ("bash", {"command": "rm -f kernels/example_scale*"})
+        return f"Plan: {built.summary} Writing the kernels and compiling.", [clear, *writes, ("compile", {})]
+
+    def _compiled(self, results, turns_left):
+        build = results.get("compile", "")
+        if not build.startswith("build ok"):
+            return self._give_up("The generated kernels did not compile (a bug in the built-in policy):\n"
+                                 + build[:1500])
+        self.state.phase = "profiled"
+        return "Built. Profiling the first version (verify, then time against eager and torch.compile).", \
+            [("profile", {})]
+
+    def _profiled(self, results, turns_left):
+        report = results.get("profile", "")
+        if not report.startswith("CORRECT"):
+            if self.state.trying is None:
+                return self._give_up("The generated kernels did not verify (a bug in the built-in policy):\n"
+                                     + report[:1500])
+            return self._next(None, turns_left, f"{self.state.trying.label} failed; skipping it.")
+        return self._next(_speedup(report), turns_left)
+
+    def _next(self, speedup: float | None, turns_left: int | None, note: str = ""):
+        """Record the candidate just profiled, then try the next variant or finish."""
+        st = self.state
+        if st.trying is None:
+            st.best_speedup = speedup
+            st.queue = _candidates(st.variants)
+        elif speedup is not None and (st.best_speedup is None or speedup > st.best_speedup):
+            st.best, st.best_speedup = list(st.trying.configs), speedup
+            note = f"{st.trying.label}: {speedup:.3f}x vs eager, the fastest so far."
+        elif speedup is not None:
+            note = f"{st.trying.label}: {speedup:.3f}x vs eager, not faster than {st.best_speedup:.3f}x."
+        st.queue = [(g, v) for g, v in st.queue if st.best[g] != v]
+        if not st.queue or (turns_left is not None and turns_left <= TURNS_TO_FINISH + 1):
+            return self._finish(note)
+        g, v = st.queue.pop(0)  # applied to the best so far, so improvements add up
+        configs = list(st.best)
+        configs[g] = v
+        st.trying = Candidate(configs, f"{st.plan.groups()[g].name} variant {v} ({st.variants[g][v]})")
+        return (f"{note} Trying {st.trying.label}.".strip(),
+                [("write_file", {"path": "model_new.py", "content": self._source(st.trying.configs)}),
+                 ("profile", {})])
+
+    def _finish(self, note: str):
+        st = self.state
+        speed = f"{st.best_speedup:.3f}x vs eager" if st.best_speedup is not None else "not timed"
+        summary = (f"Built-in policy: {len(st.variants)} generated kernel(s), launch variants {st.best}, "
+                   f"best {speed} (the committed kernel holds the verified numbers).")
+        return (f"{note} Writing back the best configuration and finishing.".strip(),
+                [("write_file", {"path": "model_new.py", "content": self._source(st.best)}),
+                 ("finish", {"summary": summary})])
+
+    def _give_up(self, why: str):
+        self.state.phase = "done"
+        return why, [("finish", {"summary": why.splitlines()[0]})]
+
+    def _done(self, results, turns_left):
+        return "The session is over.", [("finish", {"summary": "nothing more to do"})]
+
+    def _source(self, configs: list[int]) -> str:
+        from kernelsmith.builtin.emit import model_new_source
+
+        return model_new_source(self.state.plan, configs, self.state.variants)
+
+
+def _candidates(variants: list[list[str]]) -> list[tuple[int, int]]:
+    """(kernel, variant) pairs other than each kernel's default: a coordinate search."""
+    return [(g, v) for g, names in enumerate(variants) for v in range(1, len(names))]
+
+
+def _last_results(messages: list[dict]) -> dict[str, str]:
+    """The tool results after the last assistant message, by tool name."""
+    found: dict[str, str] = {}
+    for message in reversed(messages):
+        if message.get("role") == "assistant":
+            break
+        if message.get("role") == "tool":
+            found.setdefault(message.get("name", ""), message.get("content", ""))
+    return found
+
+
+def _budget_left(results: dict[str, str]) -> int | None:
+    for text in results.values():
+        match = BUDGET_RE.search(text)
+        if match:
+            return int(match.group(2)) - int(match.group(1))
+    return None
+
+
+def _speedup(report: str) -> float | None:
+    match = SPEEDUP_RE.search(report)
+    return float(match.group(1)) if match else None
