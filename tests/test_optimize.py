@@ -132,13 +132,6 @@ def test_optimize_through_the_openai_sdk(tmp_path, task_dir):
     assert last[0]["role"] == "system" and any(m["role"] == "tool" and m["tool_call_id"] for m in last)
 
 
-def test_no_backend_configured_is_one_line_and_creates_nothing(tmp_path):
-    proc = ks("optimize", DATA / "triple.py", "--workdir", tmp_path / "wd", "--device", "cpu")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().count("\n") == 0 and "ANTHROPIC_API_KEY" in proc.stderr
-    assert not (tmp_path / "wd").exists()
-
-
 def test_unknown_model_and_wrong_url_are_one_line_errors(tmp_path):
     with FakeAPI([{"status": 404, "message": "model 'nope' not found"}]) as api:
         proc = ks("optimize", DATA / "triple.py", "--workdir", tmp_path / "wd", "--device", "cpu",

@@ -88,8 +88,8 @@ def _graph_of(program, n_inputs: int) -> Graph:
                 params.append(_value_of(node, "self." + param_paths[node.name]))
             else:
                 inputs.append(_value_of(node, f"x{len(inputs)}"))
-        elif node.op == "call_function":
-            nodes.append(_node_of(node))
+        elif node.op == "call_function" and (node.users or node.meta.get("val") is not None):
+            nodes.append(_node_of(node))  # (nodes with no value and no users are run-time asserts)
         elif node.op == "output":
             outputs = [c_name(a.name) for a in node.args[0]]
     if len(inputs) != n_inputs:

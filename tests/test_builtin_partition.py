@@ -1,0 +1,94 @@
+"""The partitioner on representative graphs, captured from small modules with torch.export."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernelsmith.builtin.graph import capture
+from kernelsmith.builtin.ir import GemmGroup, PointwiseGroup, ReductionGroup, ViewStep
+from kernelsmith.builtin.partition import plan
+
+
+def plan_of(tmp_path: Path, init: str, forward: str, inputs: str, init_inputs: str = "[]"):
+    def body(code: str) -> str:
+        return textwrap.indent(code or "pass", " " * 8)
+
+    source = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+              "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+              f"{body(init)}\n\n    def forward(self, x):\n{body(forward)}\n\n"
+              f"def get_inputs():\n    return {inputs}\n\ndef get_init_inputs():\n    return {init_inputs}\n")
+    path = tmp_path / "task.py"
+    path.write_text(source)
+    return plan(capture(path))
+
+
+def names(ops):
+    return [op.name for op in ops]
+
+
+def test_a_pointwise_chain_with_a_broadcast_bias_is_one_kernel(tmp_path):
+    p = plan_of(tmp_path, "self.bias = nn.Parameter(torch.randn(8, 1, 1))",
+                "return F.gelu(x + self.bias) * 0.5", "[torch.randn(2, 8, 4, 4)]")
+    (group,) = p.groups()
+    assert isinstance(group, PointwiseGroup) and group.shape == (2, 8, 4, 4)
+    assert names(group.body) == ["add", "gelu", "mul"]
+    assert [v.source for v in group.inputs] == ["x0", "self.bias"]
+    assert [o.name for o in group.outputs] == p.outputs
+
+
+def test_rmsnorm_fuses_prologue_reduction_and_normalisation(tmp_path):
+    p = plan_of(tmp_path, "self.w = nn.Parameter(torch.rand(64))",
+                "return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w",
+                "[torch.randn(16, 64)]")
+    (group,) = p.groups()
+    assert isinstance(group, ReductionGroup) and group.reduce == "mean"
+    assert (group.outer, group.size, group.inner) == (16, 64, 1)
+    assert names(group.prologue) == ["square"]
+    assert names(group.epilogue) == ["add", "rsqrt"]
+    assert names(group.broadcast_epilogue) == ["mul", "mul"]
+
+
+def test_linear_becomes_a_transposed_gemm_with_its_epilogue(tmp_path):
+    p = plan_of(tmp_path, "self.lin = nn.Linear(32, 16)", "y = self.lin(x)\nreturn y * torch.sigmoid(y)",
+                "[torch.randn(8, 32)]")
+    (gemm,) = p.groups()
+    assert isinstance(gemm, GemmGroup) and gemm.trans_b and (gemm.m, gemm.n, gemm.k) == (8, 16, 32)
+    assert [v.source for v in gemm.inputs] == ["x0", "self.lin.weight", "self.lin.bias"]
+    assert names(gemm.epilogue) == ["sigmoid", "mul"]  # the raw product feeds both, inside the kernel
+    assert [o.name for o in gemm.outputs] == p.outputs
+
+
+def test_a_value_read_by_two_kernels_is_written_out_once(tmp_path):
+    p = plan_of(tmp_path, "", "y = torch.exp(x)\nreturn torch.softmax(y, dim=1), y.sum(dim=0)",
+                "[torch.randn(8, 32)]")
+    softmax, column_sum = p.groups()
+    assert softmax.reduce == "softmax" and names(softmax.prologue) == ["exp"]
+    assert [o.name for o in softmax.outputs] == ["exp", "_softmax"]  # exp leaves for the other reader
+    assert column_sum.reduce == "sum" and column_sum.inputs[0].name == "exp"
+    assert (column_sum.outer, column_sum.size, column_sum.inner) == (1, 8, 32)
+
+
+def test_max_over_a_dim_becomes_amax_and_argmax(tmp_path):
+    p = plan_of(tmp_path, "", "return torch.max(x, dim=1)[0] * 2, torch.max(x, dim=2)[1]",
+                "[torch.randn(4, 16, 8)]")
+    amax, argmax = p.groups()
+    assert amax.reduce == "amax" and names(amax.epilogue) == ["mul"] and amax.dims == (1,)
+    assert argmax.reduce == "argmax" and argmax.outputs[0].dtype == "int64" and argmax.dims == (2,)
+
+
+def test_views_between_kernels_run_in_python(tmp_path):
+    p = plan_of(tmp_path, "", "y = torch.relu(x).view(4, 64)\nreturn y.sum(dim=1)", "[torch.randn(4, 8, 8)]")
+    relu, view, total = p.steps
+    assert isinstance(relu, PointwiseGroup) and isinstance(view, ViewStep) and view.expr == "{x}.view(4, 64)"
+    assert isinstance(total, ReductionGroup) and total.inputs[0].name == view.out.name
+
+
+@pytest.mark.parametrize("init, forward, inputs, why", [
+    ("self.conv = nn.Conv2d(3, 4, 3)", "return self.conv(x)", "[torch.randn(1, 3, 8, 8)]", "convolution"),
+    ("", "return x.sum(dim=(0, 2))", "[torch.randn(4, 5, 6)]", "non-adjacent dims"),
+    ("", "return x.half() * 2", "[torch.randn(4, 5)]", "_to_copy"),
+])
+def test_what_cannot_be_generated_is_reported(tmp_path, init, forward, inputs, why):
+    p = plan_of(tmp_path, init, forward, inputs)
+    assert p.unsupported and why in p.unsupported[0]
