@@ -240,10 +240,20 @@ def optimize(task: Optional[str] = typer.Argument(None, help="KernelBench-format
         folder = (workdir or Path.cwd()).resolve()
         raise typer.Exit(_run_session(
             lambda listeners, on_text: session.resume(settings, folder, resume, listeners, on_text), as_json))
-    create_backend(settings)  # a missing key or bad flag fails before a workdir is created
+    backend = create_backend(settings)  # a missing key or bad flag fails before a workdir is created
     opts = _options(settings.device, settings.precision)
+    _notice_defaults(backend.name, settings.device, opts.device)
     path = session.prepare_workdir(task, workdir, opts.device, opts.precision, inputs, init_args)
     raise typer.Exit(_run_session(lambda listeners, on_text: session.start(settings, path, listeners, on_text), as_json))
+
+
+def _notice_defaults(backend: str, asked_device: str | None, device: str) -> None:
+    """One line on stderr for each default the user did not choose (no key, no GPU)."""
+    if backend == "builtin":
+        print("notice: no API key configured: using the built-in offline policy "
+              "(set ANTHROPIC_API_KEY or OPENAI_API_KEY, or --backend, for an LLM)", file=sys.stderr)
+    if asked_device is None and device == "cpu":
+        print("notice: no CUDA GPU visible: optimizing for the CPU target (C++ with OpenMP)", file=sys.stderr)
 
 
 def _check_budget(settings) -> None:

@@ -38,6 +38,7 @@ def test_optimize_with_no_api_key_commits_a_verified_generated_kernel(tmp_path, 
     workdir = tmp_path / "wd"
     proc = optimize(DATA / task, workdir, "--max-turns", max_turns)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "notice: no API key configured: using the built-in offline policy" in proc.stderr
     events = events_of(workdir)
     assert events[0]["config"]["backend"] == "builtin"
     assert events[-1]["kind"] == "session_end" and events[-1]["reason"] == "finish"
