@@ -21,7 +21,7 @@ NO_KEYS = {k: v for k, v in os.environ.items()
 def optimize(task: Path, workdir: Path, *flags) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kernelsmith.cli", "optimize", str(task), "--workdir", str(workdir),
                            "--device", "cpu", "--json", *flags], capture_output=True, text=True, timeout=1200,
-                          env=NO_KEYS)
+                          env={**NO_KEYS, "KERNELSMITH_TRIALS": "2"})  # 2 trials: CI has 2 cores
 
 
 def events_of(workdir: Path) -> list[dict]:
@@ -30,7 +30,7 @@ def events_of(workdir: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("task, max_turns, kernel", [
-    ("pointwise.py", "8", "k0_pointwise"),  # the whole search: 3 variants, then finish
+    ("pointwise.py", "4", "k0_pointwise"),  # plan, profile, one other variant, finish
     ("reduction.py", "3", "k0_reduction"),  # plan, profile, finish
     ("matmul_epilogue.py", "3", "k0_gemm"),
 ])
@@ -50,7 +50,7 @@ def test_optimize_with_no_api_key_commits_a_verified_generated_kernel(tmp_path, 
     assert f"ext.{kernel}(" in source and (workdir / "kernels" / f"{kernel}.cpp").is_file()
     assert not list((workdir / "kernels").glob("example_scale*"))
     if task == "pointwise.py":
-        assert len(profiles) == 3  # the first version and the two other launch variants
+        assert len(profiles) == 2  # the first version and one other launch variant
         best = events[-1]["summary"]["best"]
         assert best["sha"] == commits[0]["sha"]  # the newest commit is the session's best
         # the workdir is left at the fastest variant measured, which the search text names

@@ -109,7 +109,7 @@ class BuiltinBackend:
         elif speedup is not None:
             note = f"{st.trying.label}: {speedup:.3f}x vs eager, not faster than {st.best_speedup:.3f}x."
         st.queue = [(g, v) for g, v in st.queue if st.best[g] != v]
-        if not st.queue or (turns_left is not None and turns_left <= TURNS_TO_FINISH + 1):
+        if not st.queue or (turns_left is not None and turns_left <= TURNS_TO_FINISH):
             return self._finish(note)
         g, v = st.queue.pop(0)  # applied to the best so far, so improvements add up
         configs = list(st.best)

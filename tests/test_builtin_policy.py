@@ -1,0 +1,86 @@
+"""The built-in policy's turns, driven with synthetic tool results (no build, no harness):
+the plan it writes, the coordinate search over launch variants, and honest give-ups."""
+
+import json
+import shutil
+from pathlib import Path
+
+from kernelsmith.builtin.policy import BuiltinBackend
+
+DATA = Path(__file__).parent / "data" / "builtin"
+
+
+def backend_for(tmp_path: Path, task: str = "pointwise.py") -> BuiltinBackend:
+    shutil.copy(DATA / task, tmp_path / "model.py")
+    backend = BuiltinBackend()
+    backend.bind(tmp_path, "cpu", "fp32")
+    return backend
+
+
+def turn(backend, messages, **results):
+    """Append tool results for the previous turn, then take the policy's next turn."""
+    for name, content in results.items():
+        messages.append({"role": "tool", "name": name, "tool_call_id": name, "content": content})
+    reply = backend.complete("system", messages, [])
+    messages.append(reply.as_message())
+    return reply
+
+
+def profile_result(speedup: float, turn_no: int, max_turns: int = 50) -> str:
+    return (f"CORRECT (5 trials on fresh inputs and weights, max abs err 1e-07)\ncandidate 0.1 ms | eager 0.1 ms\n"
+            f"speed-up {speedup:.2f}x vs eager, - vs compile; reward 1\n[budget] turn {turn_no} of {max_turns}")
+
+
+def configs_of(reply) -> list[int]:
+    source = next(c.arguments["content"] for c in reply.tool_calls if c.name == "write_file"
+                  and c.arguments["path"] == "model_new.py")
+    return json.loads(source.split("CONFIG = ")[1].split("  #")[0])
+
+
+def test_the_search_keeps_the_fastest_variant_and_writes_it_back(tmp_path):
+    backend, messages = backend_for(tmp_path), []
+    first = turn(backend, messages)
+    names = [c.name for c in first.tool_calls]
+    assert names[0] == "bash" and names[-1] == "compile" and "write_file" in names
+    assert "k0_pointwise" in first.text and configs_of(first) == [0]
+    assert [c.name for c in turn(backend, messages, compile="build ok in 3.0 s").tool_calls] == ["profile"]
+    second = turn(backend, messages, profile=profile_result(1.10, 2))
+    assert configs_of(second) == [1]
+    third = turn(backend, messages, write_file="wrote", profile=profile_result(1.30, 3))
+    assert configs_of(third) == [2]
+    last = turn(backend, messages, write_file="wrote", profile=profile_result(1.20, 4))
+    assert [c.name for c in last.tool_calls] == ["write_file", "finish"]
+    assert configs_of(last) == [1]  # variant 1 was the fastest (1.30x)
+    assert "1.300x" in last.tool_calls[-1].arguments["summary"]
+
+
+def test_the_search_stops_when_the_turn_budget_is_nearly_spent(tmp_path):
+    backend, messages = backend_for(tmp_path), []
+    turn(backend, messages)
+    turn(backend, messages, compile="build ok in 3.0 s")
+    reply = turn(backend, messages, profile=profile_result(1.05, 2, max_turns=3))
+    assert [c.name for c in reply.tool_calls] == ["write_file", "finish"]
+
+
+def test_a_failing_build_or_verify_is_reported_not_hidden(tmp_path):
+    backend, messages = backend_for(tmp_path), []
+    turn(backend, messages)
+    reply = turn(backend, messages, compile="build FAILED:\nk0_pointwise.cpp:3: error: boom")
+    assert [c.name for c in reply.tool_calls] == ["finish"] and "did not compile" in reply.text
+    backend, messages = backend_for(tmp_path), []
+    turn(backend, messages)
+    turn(backend, messages, compile="build ok in 1.0 s")
+    reply = turn(backend, messages, profile="REJECTED at verify (reward -1)\nmismatch")
+    assert [c.name for c in reply.tool_calls] == ["finish"] and "did not verify" in reply.text
+
+
+def test_an_unsupported_task_finishes_at_once_with_the_reason(tmp_path):
+    (tmp_path / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return torch.cumsum(x, dim=1)\n\n"
+        "def get_inputs():\n    return [torch.randn(4, 8)]\n\ndef get_init_inputs():\n    return []\n")
+    backend = BuiltinBackend()
+    backend.bind(tmp_path, "cpu", "fp32")
+    reply = backend.complete("system", [], [])
+    assert [c.name for c in reply.tool_calls] == ["finish"]
+    assert "cumsum" in reply.text and "not supported" in reply.text
