@@ -1,0 +1,870 @@
+"""CUDA kernels for the built-in policy: one kernel (and one binding) per group.
+
+Each group becomes `<name>.cu` (CUDA headers only), `<name>_binding.cpp` (torch: input checks,
+output allocation, the current stream, REGISTER_BINDING) and, for a GEMM, `<name>_gemm.cu` with
+the cuBLAS call. The launcher `<name>_launch(..., int config, cudaStream_t stream)` picks a
+launch variant at run time: `Generated.variants[config]` describes it. Sizes are baked in as
+constants, since a task's shapes are static; the binding checks them.
+
+C names: `p_<value>` pointers, `s_<value>` / `t_<value>` strides of a strided read at the
+kernel's index space / at a reduction's reduced shape, `x_<value>` / `xr_<value>` loaded
+elements, `v_<value>` op results (ops.body_lines). Helpers start with `ks_`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from string import Template
+
+from kernelsmith.builtin import ops
+from kernelsmith.builtin.access import Access, access_for
+from kernelsmith.builtin.ir import FULL_SHAPE_REDUCTIONS, GemmGroup, Group, PointwiseGroup, ReductionGroup, Value
+
+MAX_BLOCKS = 1 << 20  # grid-stride loops cover the rest
+ARG_REDUCTIONS = ("argmax", "argmin")
+INT_MAX = 2**31 - 1
+
+
+@dataclass
+class Generated:
+    files: dict[str, str]  # file name (no folders) under kernels/ -> source text
+    function: str  # == group.name: the binding registers ext.<group.name>
+    variants: list[str]  # one description per launch variant; index = config, 0 the default
+
+
+def generate(group: Group, values: dict[str, Value]) -> Generated:
+    """The CUDA sources of one group; ValueError when something is out of scope."""
+    if not group.inputs:
+        raise ValueError(f"{group.name}: a group without inputs is unsupported")
+    _check_dtypes(group, values)
+    if isinstance(group, PointwiseGroup):
+        return _pointwise(group)
+    if isinstance(group, ReductionGroup):
+        return _reduction(group)
+    if isinstance(group, GemmGroup):
+        return _gemm(group, values)
+    raise ValueError(f"{group.name}: {group.kind} groups are unsupported by the CUDA generator")
+
+
+def _check_dtypes(group: Group, values: dict[str, Value]) -> None:
+    """float32 everywhere, except the int64 result of argmax/argmin."""
+    index_result = group.result if isinstance(group, ReductionGroup) and group.reduce in ARG_REDUCTIONS else None
+    computed = [values[op.out] for op in group.ops()] + [values[r] for r in [getattr(group, "result", None)] if r]
+    for value in [*group.inputs, *group.outputs, *computed]:
+        wanted = "int64" if value.name == index_result else "float32"
+        if value.dtype != wanted:
+            raise ValueError(f"{group.name}: {value.name} is {value.dtype}, unsupported (wanted {wanted})")
+
+
+# --- C building blocks ---------------------------------------------------------------------
+
+@dataclass
+class Param:
+    """An argument of the launcher and of its kernels: C type, C name, the binding's expression."""
+
+    ctype: str
+    name: str
+    arg: str
+
+    def declare(self, restrict: bool = False) -> str:
+        qualifier = " __restrict__" if restrict and self.ctype.endswith("*") else ""
+        return f"{self.ctype}{qualifier} {self.name}"
+
+
+@dataclass
+class Read:
+    """An input as a kernel reads it in one index space (access.py): pointer, mode, strides."""
+
+    value: Value
+    access: Access
+    var: str  # the C variable holding one loaded element
+    pointer: str
+    strides: str = ""  # its KsStrides parameter (strided reads only)
+    cached: bool = True  # read-only while the kernel runs: loaded through __ldg
+
+    def load(self, flat: str) -> str:
+        element = f"{self.pointer}[{self.access.offset_expr(flat, self.strides + '.s')}]"
+        return f"__ldg(&{element})" if self.cached else element
+
+
+def _read(value: Value, space: tuple[int, ...], var_prefix: str = "x_", strides_prefix: str = "s_") -> Read:
+    access = access_for(value.shape, value.contiguous, space)
+    strides = f"{strides_prefix}{value.name}" if access.mode == "strided" else ""
+    return Read(value, access, f"{var_prefix}{value.name}", f"p_{value.name}", strides)
+
+
+def _ctype(value: Value) -> str:
+    return "int64_t" if value.dtype == "int64" else "float"
+
+
+def _braced(shape) -> str:
+    return "{" + ", ".join(str(int(s)) for s in shape) + "}"
+
+
+def _input_params(group: Group) -> list[Param]:
+    return [Param("const float*", f"p_{v.name}", f"in_{v.name}.data_ptr<float>()") for v in group.inputs]
+
+
+def _stride_params(reads: list[Read]) -> list[Param]:
+    return [Param("KsStrides", r.strides, f"ks_strides(in_{r.value.name}, {_braced(r.access.shape)})")
+            for r in reads if r.strides]
+
+
+def _output_params(group: Group) -> list[Param]:
+    return [Param(f"{_ctype(v)}*", f"p_{v.name}", f"out_{v.name}.data_ptr<{_ctype(v)}>()") for v in group.outputs]
+
+
+def _signature(params: list[Param], restrict: bool = False) -> str:
+    return ", ".join(p.declare(restrict) for p in params)
+
+
+def _call(params: list[Param]) -> str:
+    return ", ".join(p.name for p in params)
+
+
+def _used(op_list) -> set[str]:
+    return {a for op in op_list for a in op.tensor_args()}
+
+
+def _indent(lines: list[str], spaces: int = 2) -> list[str]:
+    return [" " * spaces + line for line in lines]
+
+
+def _dense(reads: list[Read]) -> set[str]:
+    return {r.value.name for r in reads if r.access.mode == "dense"}
+
+
+CU_HEADER = Template("""// Generated by kernelsmith's built-in policy (CUDA): $what.
+// CUDA headers only; torch stays in ${name}_binding.cpp.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+struct KsStrides { int64_t s[8]; };  // a strided input's strides, expanded to the index space
+
+namespace {
+
+""")
+
+HELPERS = {
+    "ks_blocks": f"""inline unsigned ks_blocks(int64_t work, int64_t per_block) {{
+  const int64_t blocks = (work + per_block - 1) / per_block;
+  return (unsigned)(blocks < 1 ? 1 : (blocks > {MAX_BLOCKS}LL ? {MAX_BLOCKS}LL : blocks));
+}}
+""",
+    "ks_aligned": "inline bool ks_aligned(const void* p) { return ((uintptr_t)p & 15) == 0; }\n",
+}
+
+
+def _cu_file(group: Group, what: str, kernels: list[str], launcher: str) -> str:
+    """A .cu: header, the helpers the code calls, the kernels (file-local), the launcher."""
+    code = "\n".join(kernels) + "\n}  // namespace\n\n" + launcher
+    helpers = [text for name, text in HELPERS.items() if f"{name}(" in code]
+    return CU_HEADER.substitute(what=what, name=group.name) + "\n".join(helpers + [code])
+
+
+def _launcher(name: str, params: list[Param], variants: int, body: list[str]) -> str:
+    return (f'extern "C" int {name}_launch({_signature(params)}, int config, cudaStream_t stream) {{\n'
+            f"  if (config < 0 || config >= {variants}) config = 0;\n"
+            + "\n".join(body) + "\n  return (int)cudaGetLastError();\n}\n")
+
+
+def _table(ctype: str, name: str, items) -> str:
+    return f"  static const {ctype} {name}[] = {{{', '.join(str(i) for i in items)}}};"
+
+
+# --- elementwise kernels (pointwise groups, GEMM epilogues) --------------------------------
+
+@dataclass
+class Elementwise:
+    """Grid-stride kernels over `numel` elements of one index space, in two flavours: float4
+    loads and stores of the dense operands (the others loaded per lane), and one element per
+    step (the tail, misaligned pointers, or the scalar variants)."""
+
+    name: str
+    numel: int
+    reads: list[Read]
+    body: list[str]  # computes the results from the reads' variables
+    results: list[str]  # the C variable stored to each output
+    outputs: list[str]  # output pointers, in the same order
+    params: list[Param]
+    template: str = ""  # a template parameter of the kernels, e.g. "bool ADD_BIAS"
+
+    def source(self) -> str:
+        return "\n".join([self._element(), self._vec4_kernel(), self._scalar_kernel()])
+
+    def launch(self, threads: str, vectorize: str, template_arg: str = "") -> list[str]:
+        """Statements that launch the kernels for the launcher's `threads` and `vectorize`."""
+        targ = f"<{template_arg}>" if template_arg else ""
+        aligned = " && ".join(f"ks_aligned({p})" for p in dict.fromkeys(self._vector_pointers()))
+        call, n = _call(self.params), f"{self.numel}LL"
+        return [f"  {{",
+                f"    const int64_t n_vec = ({vectorize} && {aligned}) ? {n} / 4 : 0;",
+                f"    if (n_vec > 0) {self.name}_vec4{targ}<<<ks_blocks(n_vec, {threads}), {threads}, 0, stream>>>"
+                f"({call}, n_vec);",
+                f"    if (n_vec * 4 < {n}) {self.name}_scalar{targ}<<<ks_blocks({n} - n_vec * 4, {threads}), "
+                f"{threads}, 0, stream>>>({call}, n_vec * 4);",
+                "  }"]
+
+    def _vector_pointers(self) -> list[str]:
+        return [r.pointer for r in self.reads if r.access.mode == "dense"] + self.outputs
+
+    def _template_head(self) -> str:
+        return f"template <{self.template}>\n" if self.template else ""
+
+    def _element_call(self, args: list[str]) -> str:
+        targ = f"<{self.template.split()[-1]}>" if self.template else ""
+        return f"{self.name}_element{targ}({', '.join(args)});"
+
+    def _element(self) -> str:
+        args = [f"float {r.var}" for r in self.reads] + [f"float& y_{j}" for j in range(len(self.results))]
+        sets = [f"  y_{j} = {var};" for j, var in enumerate(self.results)]
+        return (f"{self._template_head()}__device__ __forceinline__ void {self.name}_element({', '.join(args)}) {{\n"
+                + "\n".join(_indent(self.body) + sets) + "\n}\n")
+
+    def _lane_arg(self, index: int, read: Read, lane: int) -> str:
+        if read.access.mode == "dense":
+            return f"q{index}.{'xyzw'[lane]}"
+        if read.access.mode == "scalar":
+            return read.var
+        return read.load(f"(4 * v + {lane})")
+
+    def _vec4_load(self, index: int, read: Read) -> str:
+        vector = f"reinterpret_cast<const float4*>({read.pointer})"
+        load = f"__ldg({vector} + v)" if read.cached else f"{vector}[v]"
+        return f"    const float4 q{index} = {load};"
+
+    def _vec4_kernel(self) -> str:
+        results = [f"r{j}" for j in range(len(self.results))]
+        hoisted = [f"  const float {r.var} = {r.load('0')};" for r in self.reads if r.access.mode == "scalar"]
+        loads = [self._vec4_load(i, r) for i, r in enumerate(self.reads) if r.access.mode == "dense"]
+        calls = [self._element_call([self._lane_arg(i, r, lane) for i, r in enumerate(self.reads)]
+                                    + [f"{res}.{'xyzw'[lane]}" for res in results]) for lane in range(4)]
+        stores = [f"    reinterpret_cast<float4*>({ptr})[v] = {res};" for ptr, res in zip(self.outputs, results)]
+        return (f"{self._template_head()}__global__ void __launch_bounds__(512) "
+                f"{self.name}_vec4({_signature(self.params, True)}, int64_t n_vec) {{\n"
+                + "\n".join(hoisted) + ("\n" if hoisted else "")
+                + "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+                "  for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < n_vec; v += step) {\n"
+                + "\n".join(loads + [f"    float4 {', '.join(results)};"] + _indent(calls, 4) + stores)
+                + "\n  }\n}\n")
+
+    def _scalar_kernel(self) -> str:
+        results = [f"r{j}" for j in range(len(self.results))]
+        call = self._element_call([r.load("flat") for r in self.reads] + results)
+        stores = [f"    {ptr}[flat] = {res};" for ptr, res in zip(self.outputs, results)]
+        return (f"{self._template_head()}__global__ void __launch_bounds__(512) "
+                f"{self.name}_scalar({_signature(self.params, True)}, int64_t start) {{\n"
+                "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+                f"  for (int64_t flat = start + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; "
+                f"flat < {self.numel}LL; flat += step) {{\n"
+                + "\n".join([f"    float {', '.join(results)};", f"    {call}"] + stores) + "\n  }\n}\n")
+
+
+ELEMENTWISE_VARIANTS = [(256, True), (512, True), (128, True), (256, False), (512, False), (128, False)]
+
+
+def _describe_elementwise(threads: int, vectorize: bool) -> str:
+    return f"{threads} threads/block, {'float4 loads/stores' if vectorize else 'one element per thread step'}"
+
+
+# --- pointwise -----------------------------------------------------------------------------
+
+def _pointwise(group: PointwiseGroup) -> Generated:
+    numel = prod(group.shape)
+    reads = [_read(v, group.shape) for v in group.inputs]
+    names = {r.value.name: r.var for r in reads}
+    body = ops.body_lines(group.body, names, "")
+    _require_outputs(group, names, numel)
+    params = _input_params(group) + _stride_params(reads) + _output_params(group)
+    kernel = Elementwise(group.name, numel, reads, body, [names[o.name] for o in group.outputs],
+                         [f"p_{o.name}" for o in group.outputs], params)
+    launch = [_table("int", "kThreads", [t for t, _ in ELEMENTWISE_VARIANTS]),
+              _table("bool", "kVector", ["true" if v else "false" for _, v in ELEMENTWISE_VARIANTS]),
+              "  const int threads = kThreads[config];"] + kernel.launch("threads", "kVector[config]")
+    source = _cu_file(group, f"pointwise group {group.name} over {list(group.shape)}", [kernel.source()],
+                      _launcher(group.name, params, len(ELEMENTWISE_VARIANTS), launch))
+    return _generated(group, {f"{group.name}.cu": source}, params, _dense(reads),
+                      [_describe_elementwise(t, v) for t, v in ELEMENTWISE_VARIANTS])
+
+
+def _require_outputs(group: Group, names: dict[str, str], numel: int) -> None:
+    for out in group.outputs:
+        if out.name not in names:
+            raise ValueError(f"{group.name}: output {out.name} is not computed by the group (unsupported)")
+        if out.numel != numel:
+            raise ValueError(f"{group.name}: output {out.name} has {out.numel} elements, not {numel} (unsupported)")
+
+
+# --- reductions ----------------------------------------------------------------------------
+
+ACC_SUM = Template("""struct Acc {
+  float a;
+  __device__ void init() { a = 0.0f; }
+  __device__ void add(float x, int64_t) { a += $term; }
+  __device__ void merge(const Acc& o) { a += o.a; }
+  __device__ Acc shfl_xor(int mask) const { Acc o; o.a = __shfl_xor_sync(0xffffffffu, a, mask); return o; }
+};
+""")
+
+ACC_EXTREMUM = Template("""struct Acc {
+  float a;
+  __device__ void init() { a = $init; }
+  __device__ void take(float x) { if (x $cmp a || x != x) a = x; }  // NaN wins, as in torch
+  __device__ void add(float x, int64_t) { take(x); }
+  __device__ void merge(const Acc& o) { take(o.a); }
+  __device__ Acc shfl_xor(int mask) const { Acc o; o.a = __shfl_xor_sync(0xffffffffu, a, mask); return o; }
+};
+""")
+
+ACC_ARG = Template("""struct Acc {
+  float a;
+  int64_t k;  // index along the reduced range; -1 while nothing is seen
+  __device__ void init() { a = 0.0f; k = -1; }
+  // (x, xk) replaces (a, k) when better, or equal and earlier; the first NaN wins, as in torch
+  __device__ void take(float x, int64_t xk) {
+    if (xk < 0) return;
+    bool better;
+    if (k < 0) better = true;
+    else if (x != x || a != a) better = (x != x) && (a == a || xk < k);
+    else better = x $cmp a || (x == a && xk < k);
+    if (better) { a = x; k = xk; }
+  }
+  __device__ void add(float x, int64_t r) { take(x, r); }
+  __device__ void merge(const Acc& o) { take(o.a, o.k); }
+  __device__ Acc shfl_xor(int mask) const {
+    Acc o;
+    o.a = __shfl_xor_sync(0xffffffffu, a, mask);
+    o.k = (int64_t)__shfl_xor_sync(0xffffffffu, (long long)k, mask);
+    return o;
+  }
+};
+""")
+
+ACC_LOGSUMEXP = Template("""struct Acc {
+  float m, s;  // running max, and the sum of exp(x - m)
+  __device__ void init() { m = -INFINITY; s = 0.0f; }
+  __device__ void join(float om, float os) {  // exact at infinities: no exp(inf - inf)
+    const float nm = fmaxf(m, om);
+    s = (m == nm ? s : s * expf(m - nm)) + (om == nm ? os : os * expf(om - nm));
+    m = nm;
+  }
+  __device__ void add(float x, int64_t) { join(x, 1.0f); }
+  __device__ void merge(const Acc& o) { join(o.m, o.s); }
+  __device__ Acc shfl_xor(int mask) const {
+    Acc o;
+    o.m = __shfl_xor_sync(0xffffffffu, m, mask);
+    o.s = __shfl_xor_sync(0xffffffffu, s, mask);
+    return o;
+  }
+};
+""")
+
+ACCUMULATORS = {
+    "sum": ACC_SUM.substitute(term="x"), "mean": ACC_SUM.substitute(term="x"),
+    "norm2": ACC_SUM.substitute(term="x * x"),
+    "amax": ACC_EXTREMUM.substitute(init="-INFINITY", cmp=">"),
+    "amin": ACC_EXTREMUM.substitute(init="INFINITY", cmp="<"),
+    "argmax": ACC_ARG.substitute(cmp=">"), "argmin": ACC_ARG.substitute(cmp="<"),
+    "logsumexp": ACC_LOGSUMEXP.substitute(), "softmax": ACC_LOGSUMEXP.substitute(),
+    "log_softmax": ACC_LOGSUMEXP.substitute(),
+}
+
+# the reduced value from the team's accumulator (non-full reductions)
+FINAL = {"sum": "acc.a", "mean": "(acc.a / {size})", "norm2": "sqrtf(acc.a)", "amax": "acc.a", "amin": "acc.a",
+         "argmax": "acc.k", "argmin": "acc.k", "logsumexp": "(acc.m + logf(acc.s))"}
+# the full-shape result at one element x
+ELEMENT = {"softmax": "(expf({x} - acc.m) / acc.s)", "log_softmax": "({x} - acc.m - ks_log_sum)"}
+
+TEAM_REDUCE = """// Combine the accumulators of one team (the threads sharing an (o, i) pair); all get the total.
+// ROWS: a team is TEAM consecutive threads (warp shuffles, then shared memory across warps);
+// else a team is TEAM threads SLOTS apart (shared memory).
+template <int TEAM, int SLOTS, bool ROWS>
+__device__ __forceinline__ Acc ks_team_reduce(Acc a, int lane, int slot) {
+  if constexpr (TEAM == 1) {
+    return a;
+  } else if constexpr (ROWS) {
+    constexpr int kWarpLanes = TEAM < 32 ? TEAM : 32;
+    for (int mask = kWarpLanes / 2; mask > 0; mask >>= 1) a.merge(a.shfl_xor(mask));
+    if constexpr (TEAM > 32) {
+      __shared__ Acc part[SLOTS][TEAM / 32];
+      __syncthreads();  // the previous round's readers are done
+      if ((lane & 31) == 0) part[slot][lane >> 5] = a;
+      __syncthreads();
+      a = part[slot][0];
+      for (int w = 1; w < TEAM / 32; ++w) a.merge(part[slot][w]);
+    }
+    return a;
+  } else {
+    __shared__ Acc part[TEAM][SLOTS];
+    __syncthreads();
+    part[lane][slot] = a;
+    __syncthreads();
+    a = part[0][slot];
+    for (int w = 1; w < TEAM; ++w) a.merge(part[w][slot]);
+    return a;
+  }
+}
+"""
+
+REDUCE_KERNEL = Template("""// A team of TEAM threads per (o, i) pair of the operand viewed as [$outer, $size, $inner].
+template <int TEAM, int SLOTS, bool ROWS>
+__global__ void __launch_bounds__(TEAM * SLOTS) ${name}_reduce($params) {
+  const int lane = ROWS ? (int)threadIdx.x % TEAM : (int)threadIdx.x / SLOTS;
+  const int slot = ROWS ? (int)threadIdx.x / TEAM : (int)threadIdx.x % SLOTS;
+  for (int64_t base = (int64_t)blockIdx.x * SLOTS; base < kSlots; base += (int64_t)gridDim.x * SLOTS) {
+    const int64_t red = base + slot;  // o * kInner + i, the flat index of the reduced value
+    const bool active = red < kSlots;
+    const int64_t o = red / kInner, i = red % kInner;
+$body
+  }
+}
+""")
+
+# (TEAM, SLOTS, ROWS): threads per reduced value, reduced values per block, team layout
+ROW_VARIANTS = [(256, 1, True), (128, 1, True), (512, 1, True), (32, 8, True), (1, 256, False)]
+COLUMN_VARIANTS = [(1, 256, False), (1, 128, False), (8, 32, False), (4, 64, False), (16, 16, False)]
+
+
+@dataclass
+class _ReductionParts:
+    """Which values a reduction group reads and writes in each phase."""
+
+    group: ReductionGroup
+    reads_in: list[Read]  # inputs read at in_shape
+    reads_red: list[Read]  # inputs read at the reduced shape (non-full epilogue)
+    first: set[str]  # outputs written in the accumulating pass (prologue values)
+    reduced: set[str]  # outputs written once per (o, i)
+    second: set[str]  # outputs written in the second pass (broadcast epilogue, softmax)
+
+    @property
+    def full(self) -> bool:
+        return self.group.reduce in FULL_SHAPE_REDUCTIONS
+
+
+def _reduction(group: ReductionGroup) -> Generated:
+    parts = _reduction_parts(group)
+    params = (_input_params(group) + _stride_params(parts.reads_in) + _stride_params(parts.reads_red)
+              + _output_params(group))
+    variants = _reduction_variants(group)
+    constants = (f"constexpr int64_t kSlots = {group.outer * group.inner}LL, kSize = {group.size}LL, "
+                 f"kInner = {group.inner}LL;\n")
+    kernel = REDUCE_KERNEL.substitute(name=group.name, params=_signature(params, True), outer=group.outer,
+                                      size=group.size, inner=group.inner,
+                                      body="\n".join(_indent(_reduction_body(parts), 4)))
+    kernels = [constants, ACCUMULATORS[group.reduce], TEAM_REDUCE, kernel]
+    launch = _reduction_launch(group.name, params, variants)
+    source = _cu_file(group, f"{group.reduce} of {list(group.in_shape)} over dims {list(group.dims)}", kernels,
+                      _launcher(group.name, params, len(variants), launch))
+    dense = _dense(parts.reads_in) | _dense(parts.reads_red)
+    return _generated(group, {f"{group.name}.cu": source}, params, dense,
+                      [_describe_reduction(v) for v in variants])
+
+
+def _reduction_parts(group: ReductionGroup) -> _ReductionParts:
+    _check_reduction(group)
+    full = group.reduce in FULL_SHAPE_REDUCTIONS
+    at_in = _used(group.prologue + group.broadcast_epilogue + (group.epilogue if full else [])) | {group.operand}
+    at_reduced = set() if full else _used(group.epilogue)
+    reads_in = [_read(v, group.in_shape) for v in group.inputs if v.name in at_in]
+    reads_red = [_read(v, group.result_shape, "xr_", "t_") for v in group.inputs if v.name in at_reduced]
+    tail = {group.result} | {op.out for op in group.epilogue}
+    parts = _ReductionParts(group, reads_in, reads_red, first={op.out for op in group.prologue},
+                            reduced=set() if full else tail,
+                            second={op.out for op in group.broadcast_epilogue} | (tail if full else set()))
+    for out in group.outputs:
+        if out.name not in parts.first | parts.reduced | parts.second:
+            raise ValueError(f"{group.name}: output {out.name} is not computed by the group (unsupported)")
+    return parts
+
+
+def _check_reduction(group: ReductionGroup) -> None:
+    if group.reduce not in ACCUMULATORS:
+        raise ValueError(f"{group.name}: reduction {group.reduce} is unsupported")
+    if group.size == 0:
+        raise ValueError(f"{group.name}: a reduction over an empty range is unsupported")
+    if group.reduce in ARG_REDUCTIONS and (group.epilogue or group.broadcast_epilogue):
+        raise ValueError(f"{group.name}: ops after {group.reduce} are unsupported")
+
+
+def _reduction_body(parts: _ReductionParts) -> list[str]:
+    """Accumulate over the team's share of the range, combine the team, then the reduced
+    values, their epilogue and stores, and the second pass when one is needed."""
+    finish, reduced_names = _finish(parts)
+    return (["Acc acc;", "acc.init();", "if (active) {"] + _indent(_first_pass(parts)) + ["}",
+            "acc = ks_team_reduce<TEAM, SLOTS, ROWS>(acc, lane, slot);", "if (active) {"]
+            + _indent(finish + _second_pass(parts, reduced_names)) + ["}"])
+
+
+def _loop(body: list[str]) -> list[str]:
+    """A loop over this lane's share of the reduced range, with `flat` the element's index."""
+    return (["for (int64_t r = lane; r < kSize; r += TEAM) {",
+             "  const int64_t flat = (o * kSize + r) * kInner + i;"] + _indent(body) + ["}"])
+
+
+def _loads(reads: list[Read], flat: str, names: dict[str, str], needed: set[str]) -> list[str]:
+    lines = []
+    for read in reads:
+        if read.value.name in needed:
+            lines.append(f"const float {read.var} = {read.load(flat)};")
+            names[read.value.name] = read.var
+    return lines
+
+
+def _stores(group: Group, names: dict[str, str], flat: str, which: set[str]) -> list[str]:
+    return [f"p_{v.name}[{flat}] = {names[v.name]};" for v in group.outputs if v.name in which]
+
+
+def _first_pass(parts: _ReductionParts) -> list[str]:
+    group, names = parts.group, {}
+    body = _loads(parts.reads_in, "flat", names, _used(group.prologue) | {group.operand})
+    body += ops.body_lines(group.prologue, names, "")
+    body.append(f"acc.add({names[group.operand]}, r);")
+    return _loop(body + _stores(group, names, "flat", parts.first))
+
+
+def _finish(parts: _ReductionParts) -> tuple[list[str], dict[str, str]]:
+    """The reduced value(s) of this (o, i), written by the team's lane 0; also the C variables
+    of the reduced values, which the second pass reads."""
+    group = parts.group
+    if parts.full:
+        return (["const float ks_log_sum = logf(acc.s);"] if group.reduce == "log_softmax" else []), {}
+    ctype = "int64_t" if group.reduce in ARG_REDUCTIONS else "float"
+    names = {group.result: f"v_{group.result}"}
+    final = FINAL[group.reduce].format(size=ops.literal(float(group.size)))
+    lines = [f"const {ctype} v_{group.result} = {final};"]
+    lines += _loads(parts.reads_red, "red", names, _used(group.epilogue))
+    lines += ops.body_lines(group.epilogue, names, "")
+    stores = _stores(group, names, "red", parts.reduced)
+    lines += ["if (lane == 0) {"] + _indent(stores) + ["}"] if stores else []
+    return lines, {k: v for k, v in names.items() if k in parts.reduced}
+
+
+def _second_pass(parts: _ReductionParts, reduced_names: dict[str, str]) -> list[str]:
+    """Per element again: softmax's normalisation, the broadcast epilogue, in_shape stores;
+    the prologue is recomputed as far as these need it."""
+    group = parts.group
+    stored = [out.name for out in group.outputs if out.name in parts.second]
+    if not stored:
+        return []
+    after = (group.epilogue if parts.full else []) + group.broadcast_epilogue
+    operand = {group.operand} if parts.full else set()
+    prologue = _needed(group.prologue, _used(after) | set(stored) | operand)
+    names = dict(reduced_names)
+    body = _loads(parts.reads_in, "flat", names, _used(prologue + after) | operand)
+    body += ops.body_lines(prologue, names, "")
+    if parts.full:
+        body.append(f"const float v_{group.result} = {ELEMENT[group.reduce].format(x=names[group.operand])};")
+        names[group.result] = f"v_{group.result}"
+        body += ops.body_lines(group.epilogue, names, "")
+    body += ops.body_lines(group.broadcast_epilogue, names, "")
+    return _loop(body + _stores(group, names, "flat", parts.second))
+
+
+def _needed(op_list, wanted: set[str]) -> list:
+    """The ops that compute `wanted` (and what those read), in their order."""
+    wanted, kept = set(wanted), []
+    for op in reversed(op_list):
+        if op.out in wanted:
+            kept.append(op)
+            wanted |= set(op.tensor_args())
+    return kept[::-1]
+
+
+def _reduction_variants(group: ReductionGroup) -> list[tuple[int, int, bool]]:
+    """Rows (inner == 1) or columns; the likely best first (warp per row for short rows,
+    several threads per column when there are few columns)."""
+    if group.inner == 1:
+        warp_first = group.size <= 1024
+        return [ROW_VARIANTS[3]] + ROW_VARIANTS[:3] + ROW_VARIANTS[4:] if warp_first else ROW_VARIANTS
+    few_columns = group.outer * group.inner < 16384
+    return [COLUMN_VARIANTS[2]] + COLUMN_VARIANTS[:2] + COLUMN_VARIANTS[3:] if few_columns else COLUMN_VARIANTS
+
+
+def _describe_reduction(variant: tuple[int, int, bool]) -> str:
+    team, slots, rows = variant
+    if rows:
+        return f"{team} threads per row" if slots == 1 else f"a warp per row, {slots} rows per block"
+    return f"{team} thread{'s' if team > 1 else ''} per reduced value, {slots} values per block"
+
+
+def _reduction_launch(name: str, params: list[Param], variants: list[tuple[int, int, bool]]) -> list[str]:
+    lines = ["  switch (config) {"]
+    for index, (team, slots, rows) in enumerate(variants):
+        kernel = f"{name}_reduce<{team}, {slots}, {'true' if rows else 'false'}>"
+        label = "default" if index == 0 else f"case {index}"
+        lines.append(f"    {label}: {kernel}<<<ks_blocks(kSlots, {slots}), {team * slots}, 0, stream>>>"
+                     f"({_call(params)}); break;")
+    return lines + ["  }"]
+
+
+# --- GEMM ----------------------------------------------------------------------------------
+
+GEMM_CU = Template("""// Generated by kernelsmith's built-in policy (CUDA): the cuBLAS part of GEMM group $name.
+// C = alpha * A @ op(B) + beta * C, row-major, in true fp32 (CUBLAS_DEFAULT_MATH: no TF32).
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+#include <mutex>
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+// One handle per device, created on first use and kept: creating one per call is slow.
+cublasHandle_t ks_cublas_handle() {
+  static std::mutex lock;
+  static cublasHandle_t handles[kMaxDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return nullptr;
+  std::lock_guard<std::mutex> guard(lock);
+  if (handles[device] == nullptr) {
+    cublasHandle_t handle = nullptr;
+    if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return nullptr;
+    cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH);
+    handles[device] = handle;
+  }
+  return handles[device];
+}
+
+}  // namespace
+
+// Returns 0, or 10000 + the cuBLAS status.
+extern "C" int ${name}_gemm(const float* a, const float* b, float* c, float beta, cudaStream_t stream) {
+  cublasHandle_t handle = ks_cublas_handle();
+  if (handle == nullptr) return 10000 + (int)CUBLAS_STATUS_NOT_INITIALIZED;
+  cublasStatus_t status = cublasSetStream(handle, stream);
+  if (status != CUBLAS_STATUS_SUCCESS) return 10000 + (int)status;
+  const float alpha = $alpha;
+  // row-major C[m, n] = A[m, k] @ B is column-major C^T = B^T A^T: swap the operands, m and n
+  $call
+  return status == CUBLAS_STATUS_SUCCESS ? 0 : 10000 + (int)status;
+}
+""")
+
+GEMM_EPILOGUE_THREADS = (256, 512, 128)
+
+
+def _gemm(group: GemmGroup, values: dict[str, Value]) -> Generated:
+    _check_gemm(group, values)
+    bias = group.bias if group.bias is not None and group.beta != 0.0 else None
+    reads = _gemm_reads(group, values, bias)
+    params = _input_params(group) + _stride_params(reads) + _output_params(group)
+    epilogue = _gemm_epilogue(group, reads, params, bias)
+    variants = _gemm_variants(group, bias)
+    kernels = ([epilogue.source()] if bias or _needs_epilogue(group) else []) + \
+        ([_bias_rows_kernel(group, params, reads[0])] if bias else [])
+    launcher = (f'extern "C" int {group.name}_gemm(const float* a, const float* b, float* c, float beta, '
+                f"cudaStream_t stream);  // in {group.name}_gemm.cu\n\n"
+                + _launcher(group.name, params, len(variants), _gemm_launch(group, params, epilogue, variants, bias)))
+    what = f"GEMM group {group.name} ({group.batch} x [{group.m}, {group.k}] @ [{group.k}, {group.n}]), its epilogue"
+    files = {f"{group.name}.cu": _cu_file(group, what, kernels, launcher),
+             f"{group.name}_gemm.cu": _gemm_cublas(group, values)}
+    dense = {group.a, group.b} | _dense(reads)
+    return _generated(group, files, params, dense, [_describe_gemm(v) for v in variants])
+
+
+def _gemm_epilogue(group: GemmGroup, reads: list[Read], params: list[Param], bias: str | None) -> Elementwise:
+    """Bias and epilogue ops per element of the product, which cuBLAS wrote into the first
+    output: read there and overwritten in place (each element by the thread that read it)."""
+    product = Read(Value("ks_product", group.out_shape), Access("dense", group.out_shape), "gemm_product",
+                   f"p_{group.outputs[0].name}", cached=False)
+    names = {r.value.name: r.var for r in reads}
+    body = _gemm_result(group, names, bias) + ops.body_lines(group.epilogue, names, "")
+    _require_outputs(group, names, prod(group.out_shape))
+    stored = [o.name for o in group.outputs][int(_product_kept(group, bias)):]
+    return Elementwise(f"{group.name}_epilogue", prod(group.out_shape), [product] + reads, body,
+                       [names[o] for o in stored], [f"p_{o}" for o in stored], params, "bool ADD_BIAS" if bias else "")
+
+
+def _check_gemm(group: GemmGroup, values: dict[str, Value]) -> None:
+    if min(group.m, group.n, group.k, group.batch) <= 0 or max(group.m, group.n, group.k) > INT_MAX:
+        raise ValueError(f"{group.name}: GEMM sizes m={group.m} n={group.n} k={group.k} are unsupported")
+    a, b = values[group.a], values[group.b]
+    b_tail = (group.n, group.k) if group.trans_b else (group.k, group.n)
+    if tuple(a.shape[-2:]) != (group.m, group.k) or tuple(b.shape[-2:]) != b_tail:
+        raise ValueError(f"{group.name}: operand shapes {list(a.shape)} and {list(b.shape)} (trans_b={group.trans_b}) "
+                         "are unsupported")
+    if a.numel not in (group.m * group.k, group.batch * group.m * group.k) or \
+            b.numel not in (group.n * group.k, group.batch * group.n * group.k):
+        raise ValueError(f"{group.name}: batched operands of shapes {list(a.shape)}, {list(b.shape)} are unsupported")
+    if not (a.contiguous and b.contiguous):
+        raise ValueError(f"{group.name}: non-contiguous GEMM operands are unsupported")
+
+
+def _gemm_reads(group: GemmGroup, values: dict[str, Value], bias: str | None) -> list[Read]:
+    """The bias first (when added), then the inputs the epilogue ops read, at out_shape."""
+    wanted = ([bias] if bias else []) + [v.name for v in group.inputs if v.name in _used(group.epilogue)]
+    return [_read(values[name], group.out_shape) for name in dict.fromkeys(wanted)]
+
+
+def _gemm_result(group: GemmGroup, names: dict[str, str], bias: str | None) -> list[str]:
+    """The GEMM's result value from the product (alpha already applied by cuBLAS)."""
+    value = "gemm_product"
+    if bias:
+        value = f"(ADD_BIAS ? gemm_product + {ops.literal(group.beta)} * {names[bias]} : gemm_product)"
+    names[group.result] = f"v_{group.result}"
+    return [f"const float v_{group.result} = {value};"]
+
+
+def _gemm_variants(group: GemmGroup, bias: str | None) -> list[tuple[bool, int]]:
+    """(bias added through cuBLAS's beta, epilogue block size)."""
+    if not bias and not _needs_epilogue(group):
+        return [(False, GEMM_EPILOGUE_THREADS[0])]
+    modes = (False, True) if bias else (False,)
+    return [(by_beta, threads) for by_beta in modes for threads in GEMM_EPILOGUE_THREADS]
+
+
+def _product_kept(group: GemmGroup, bias: str | None) -> bool:
+    """Whether the first output is the plain product, which cuBLAS already wrote in place."""
+    return group.outputs[0].name == group.result and not bias
+
+
+def _needs_epilogue(group: GemmGroup) -> bool:
+    """Whether a kernel must run after cuBLAS even when the bias went through beta."""
+    return bool(group.epilogue) or [o.name for o in group.outputs] != [group.result]
+
+
+def _describe_gemm(variant: tuple[bool, int]) -> str:
+    by_beta, threads = variant
+    return f"cuBLAS sgemm, bias {'through beta' if by_beta else 'in the epilogue'}, epilogue {threads} threads/block"
+
+
+def _bias_rows_kernel(group: GemmGroup, params: list[Param], bias: Read) -> str:
+    """Fills the product buffer with the bias rows, for cuBLAS to add with beta."""
+    out = f"p_{group.outputs[0].name}"
+    return (f"__global__ void __launch_bounds__(512) {group.name}_bias_rows({_signature(params, True)}) {{\n"
+            "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+            "  for (int64_t flat = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; "
+            f"flat < {prod(group.out_shape)}LL; flat += step) {{\n"
+            f"    {out}[flat] = {bias.load('flat')};\n  }}\n}}\n")
+
+
+def _gemm_launch(group: GemmGroup, params: list[Param], epilogue: Elementwise, variants, bias) -> list[str]:
+    """cuBLAS, then the epilogue kernel; with the bias through beta, the bias rows first."""
+    out, call, numel = f"p_{group.outputs[0].name}", _call(params), f"{prod(group.out_shape)}LL"
+    run_epilogue = _needs_epilogue(group)
+    lines = []
+    if bias or run_epilogue:
+        lines += [_table("int", "kThreads", [t for _, t in variants]), "  const int threads = kThreads[config];"]
+    if bias:
+        lines += [_table("bool", "kBiasByBeta", ["true" if b else "false" for b, _ in variants]),
+                  "  const bool by_beta = kBiasByBeta[config];",
+                  f"  if (by_beta) {group.name}_bias_rows<<<ks_blocks({numel}, threads), threads, 0, stream>>>"
+                  f"({call});"]
+    beta = f"by_beta ? {ops.literal(group.beta)} : 0.0f" if bias else "0.0f"
+    lines += [f"  const int status = {group.name}_gemm(p_{group.a}, p_{group.b}, {out}, {beta}, stream);",
+              "  if (status != 0) return status;"]
+    if not bias:
+        return lines + (epilogue.launch("threads", "true") if run_epilogue else [])
+    lines += ["  if (!by_beta)"] + epilogue.launch("threads", "true", "true")
+    return lines + (["  else"] + epilogue.launch("threads", "true", "false") if run_epilogue else [])
+
+
+def _gemm_cublas(group: GemmGroup, values: dict[str, Value]) -> str:
+    m, n, k = group.m, group.n, group.k
+    op_b, ldb = ("CUBLAS_OP_T", k) if group.trans_b else ("CUBLAS_OP_N", n)
+    common = f"handle, {op_b}, CUBLAS_OP_N, {n}, {m}, {k}, &alpha, b, {ldb}"
+    if group.batch == 1:
+        call = f"status = cublasSgemm({common}, a, {k}, &beta, c, {n});"
+    else:
+        stride_a = m * k if values[group.a].numel > m * k else 0
+        stride_b = n * k if values[group.b].numel > n * k else 0
+        call = (f"status = cublasSgemmStridedBatched({common}, {stride_b}LL, a, {k}, {stride_a}LL, &beta, c, {n}, "
+                f"{m * n}LL, {group.batch});")
+    return GEMM_CU.substitute(name=group.name, alpha=ops.literal(group.alpha), call=call)
+
+
+# --- binding -------------------------------------------------------------------------------
+
+BINDING_HEAD = Template("""// Generated by kernelsmith's built-in policy (CUDA): binding of $name.
+// Checks its inputs, allocates its outputs, and launches on the current stream: no torch compute.
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "binding_registry.h"
+
+struct KsStrides { int64_t s[8]; };
+
+extern "C" int ${name}_launch($signature, int config, cudaStream_t stream);
+
+namespace {
+
+// The strides of t broadcast to the kernel's index space (0 along broadcast dims): a view.
+KsStrides ks_strides(const torch::Tensor& t, const std::vector<int64_t>& space) {
+  KsStrides strides{};
+  const auto expanded = t.expand(space);
+  for (int64_t d = 0; d < expanded.dim(); ++d) strides.s[d] = expanded.stride(d);
+  return strides;
+}
+
+std::string ks_status(int status) {
+  if (status >= 10000) return "cuBLAS status " + std::to_string(status - 10000);
+  return cudaGetErrorString((cudaError_t)status);
+}
+
+}  // namespace
+
+""")
+
+
+def _generated(group: Group, files: dict[str, str], params: list[Param], dense: set[str],
+               variants: list[str]) -> Generated:
+    files = dict(files)
+    files[f"{group.name}_binding.cpp"] = _binding(group, params, dense, len(variants))
+    return Generated(files, group.name, variants)
+
+
+def _binding(group: Group, params: list[Param], dense: set[str], variants: int) -> str:
+    name, first = group.name, f"in_{group.inputs[0].name}"
+    lines = [line for v in group.inputs for line in _input_checks(name, v, v.name in dense, first)]
+    lines += [f'  TORCH_CHECK(config >= 0 && config < {variants}, "{name}: config must be in [0, {variants}), got ", '
+              "config);",
+              f"  const at::cuda::CUDAGuard device_guard({first}.device());"]
+    lines += [_allocation(out, first) for out in group.outputs]
+    lines += [f"  const int status = {name}_launch({', '.join(p.arg for p in params)}, (int)config, "
+              "at::cuda::getCurrentCUDAStream());",
+              f'  TORCH_CHECK(status == 0, "{name}: launch failed: ", ks_status(status));',
+              _return(group)]
+    args = ", ".join(f"torch::Tensor in_{v.name}" for v in group.inputs)
+    head = BINDING_HEAD.substitute(name=name, signature=_signature(params))
+    return (head + f"{_return_type(group)} {name}({args}, int64_t config) {{\n" + "\n".join(lines)
+            + f"\n}}\n\nREGISTER_BINDING({name}, {name});\n")
+
+
+def _input_checks(kernel: str, value: Value, dense: bool, first: str) -> list[str]:
+    t, what = f"in_{value.name}", f"{kernel}: input {value.name}"
+    same_device = "" if t == first else f" && {t}.device() == {first}.device()"
+    lines = [f'  TORCH_CHECK({t}.is_cuda(){same_device}, "{what} must be a CUDA tensor'
+             f'{"" if t == first else " on the device of the first input"}");',
+             f'  TORCH_CHECK({t}.scalar_type() == torch::kFloat32, "{what} must be float32");',
+             f'  TORCH_CHECK(({t}.sizes().vec() == std::vector<int64_t>{_braced(value.shape)}), '  # (): commas
+             f'"{what} must have shape {list(value.shape)}, got ", {t}.sizes());']
+    if dense:
+        lines.append(f'  TORCH_CHECK({t}.is_contiguous(), "{what} must be contiguous");')
+    return lines
+
+
+def _allocation(out: Value, first: str) -> str:
+    dtype = "torch::kInt64" if out.dtype == "int64" else "torch::kFloat32"
+    return (f"  auto out_{out.name} = torch::empty(std::vector<int64_t>{_braced(out.shape)}, "
+            f"{first}.options().dtype({dtype}));")
+
+
+def _return_type(group: Group) -> str:
+    if len(group.outputs) == 1:
+        return "torch::Tensor"
+    return "std::tuple<" + ", ".join("torch::Tensor" for _ in group.outputs) + ">"
+
+
+def _return(group: Group) -> str:
+    outs = ", ".join(f"out_{o.name}" for o in group.outputs)
+    return f"  return {outs};" if len(group.outputs) == 1 else f"  return std::make_tuple({outs});"

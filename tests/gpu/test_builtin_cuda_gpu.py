@@ -1,0 +1,130 @@
+"""The built-in policy's CUDA kernels on a GPU. Run on the device.
+
+Every case of tests/test_builtin_cuda_gen.py is generated into one kernels/ folder, built once
+with the harness's build (as kernelsmith.ext does), and each launch variant is compared with
+torch computing the same thing in fp32.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device)")]
+
+from kernelsmith.builtin import cuda_gen  # noqa: E402
+from kernelsmith.harness import build  # noqa: E402
+
+CASES_FILE = Path(__file__).resolve().parents[1] / "test_builtin_cuda_gen.py"
+
+
+def _load_cases():
+    """The hand-built groups and their torch references, shared with the CI test."""
+    spec = importlib.util.spec_from_file_location("builtin_cuda_cases", CASES_FILE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+cases = _load_cases()
+
+
+@pytest.fixture(scope="module")
+def ext(tmp_path_factory):
+    """One extension holding every case's kernels (a single build: about a minute cold)."""
+    root = tmp_path_factory.mktemp("builtin_cuda")
+    kernels = root / "kernels"
+    kernels.mkdir()
+    for made in cases.generate_all().values():
+        for file, text in made.files.items():
+            (kernels / file).write_text(text)
+    result = build.build(kernels, "cuda", build_dir=root / "build")
+    assert result.ok, f"{result.summary}\n{result.log[-4000:]}"
+    return build.import_extension(result.so_path, result.name)
+
+
+@pytest.fixture(autouse=True)
+def true_fp32():
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def _random(value, generator) -> torch.Tensor:
+    """A CUDA tensor for an input; a non-contiguous value gets a transposed layout."""
+    shape = tuple(value.shape)
+    if value.contiguous:
+        return torch.randn(shape, device="cuda", generator=generator)
+    base = torch.randn(shape[::-1], device="cuda", generator=generator)
+    return base.permute(*reversed(range(len(shape))))
+
+
+def _run(ext, case, inputs: dict, config: int) -> list:
+    got = getattr(ext, case.group.name)(*[inputs[v.name] for v in case.group.inputs], config)
+    return [got] if len(case.group.outputs) == 1 else list(got)
+
+
+def _inputs(case, seed: int = 0) -> dict:
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    return {v.name: _random(v, generator) for v in case.group.inputs}
+
+
+@pytest.mark.parametrize("name", list(cases.CASES))
+def test_every_variant_matches_torch(ext, name):
+    case = cases.CASES[name]()
+    made = cuda_gen.generate(case.group, case.values)
+    inputs = _inputs(case)
+    kept = {k: v.clone() for k, v in inputs.items()}
+    expected = case.reference(torch, inputs)
+    for config, variant in enumerate(made.variants):
+        got = _run(ext, case, inputs, config)
+        torch.cuda.synchronize()
+        for out, g, e in zip(case.group.outputs, got, expected):
+            where = f"{name} variant {config} ({variant}), output {out.name}"
+            assert g.shape == e.shape and g.dtype == e.dtype, where
+            atol = 1e-3 * float(e.abs().max()) if "gemm" in case.tags else case.atol
+            torch.testing.assert_close(g, e, rtol=case.rtol, atol=atol, msg=lambda m: f"{where}: {m}")
+    for key, value in inputs.items():
+        assert torch.equal(value, kept[key]), f"{name} modified its input {key}"
+
+
+@pytest.mark.parametrize("name", [n for n, make in cases.CASES.items() if "gemm" in make().tags])
+def test_gemm_is_true_fp32(ext, name):
+    """TF32 would be off by ~1e-4 of the scale; fp32 with another summation order by ~1e-7."""
+    case = cases.CASES[name]()
+    inputs = _inputs(case, seed=1)
+    for g, e in zip(_run(ext, case, inputs, 0), case.reference(torch, inputs)):
+        error = float((g - e).abs().max())
+        assert error <= 1e-5 * float(e.abs().max()), f"{name}: max error {error:.3g} looks like TF32"
+
+
+def test_bad_inputs_raise_readable_errors(ext):
+    case = cases.CASES["rmsnorm"]()
+    x, w = _inputs(case).values()
+    with pytest.raises(RuntimeError, match="k2_rmsnorm: input x must have shape"):
+        ext.k2_rmsnorm(x[:4], w, 0)
+    with pytest.raises(RuntimeError, match="k2_rmsnorm: input x must be contiguous"):
+        ext.k2_rmsnorm(x.t().contiguous().t(), w, 0)
+    with pytest.raises(RuntimeError, match="k2_rmsnorm: input w must be float32"):
+        ext.k2_rmsnorm(x, w.double(), 0)
+    with pytest.raises(RuntimeError, match="k2_rmsnorm: config must be in"):
+        ext.k2_rmsnorm(x, w, 99)
+    with pytest.raises(RuntimeError, match="k2_rmsnorm: input x must be a CUDA tensor"):
+        ext.k2_rmsnorm(x.cpu(), w, 0)
+
+
+def test_runs_on_the_current_stream(ext):
+    case = cases.CASES["softmax"]()
+    inputs = _inputs(case)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        got = _run(ext, case, inputs, 0)[0]
+    stream.synchronize()
+    torch.testing.assert_close(got, torch.softmax(inputs["x"], dim=1), rtol=1e-4, atol=1e-5)

@@ -1,0 +1,353 @@
+"""The built-in policy's CUDA generator: hand-built groups -> .cu + binding text, and every
+generated .cu compiles with nvcc (compile only: no GPU, no cuBLAS headers needed in CI).
+
+CASES is shared with tests/gpu/test_builtin_cuda_gpu.py, which runs the kernels against torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from kernelsmith.builtin import cuda_gen
+from kernelsmith.builtin.ir import GemmGroup, Group, Op, PointwiseGroup, ReductionGroup, Value
+
+TORCH_HEADER = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10)/', re.MULTILINE)
+
+
+@dataclass
+class Case:
+    group: Group
+    values: dict[str, Value]
+    reference: Callable  # (torch, {input name: tensor}) -> list of expected outputs
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    tags: set[str] = field(default_factory=set)
+
+
+def _v(name: str, shape, dtype: str = "float32", contiguous: bool = True) -> Value:
+    return Value(name, tuple(shape), dtype, contiguous=contiguous)
+
+
+def _values(*items: Value) -> dict[str, Value]:
+    return {v.name: v for v in items}
+
+
+def pointwise_case() -> Case:
+    """((gelu((x + bias) * s) * 0.5) + xt, x + bias): a [C, 1, 1] bias, a scalar, a permuted view."""
+    x, bias, s = _v("x", (2, 3, 5, 7)), _v("bias", (3, 1, 1)), _v("s", (1,))
+    xt = _v("xt", (2, 3, 5, 7), contiguous=False)
+    t1, t2, t3, t4, t5 = (_v(n, (2, 3, 5, 7)) for n in ("t1", "t2", "t3", "t4", "t5"))
+    body = [Op("add", ["x", "bias"], "t1"), Op("mul", ["t1", "s"], "t2"), Op("gelu", ["t2"], "t3"),
+            Op("mul", ["t3", 0.5], "t4"), Op("add", ["t4", "xt"], "t5")]
+    group = PointwiseGroup("k0_pointwise", [x, bias, s, xt], [t5, t1], shape=(2, 3, 5, 7), body=body)
+
+    def ref(torch, t):
+        t1 = t["x"] + t["bias"]
+        return [torch.nn.functional.gelu(t1 * t["s"]) * 0.5 + t["xt"], t1]
+    return Case(group, _values(x, bias, s, xt, t1, t2, t3, t4, t5), ref)
+
+
+def softmax_case(shape=(64, 1000), name: str = "k1_softmax") -> Case:
+    x, y = _v("x", shape), _v("y", shape)
+    group = ReductionGroup(name, [x], [y], in_shape=shape, dims=(1,), reduce="softmax", operand="x", result="y",
+                           result_shape=shape)
+    return Case(group, _values(x, y), lambda torch, t: [torch.softmax(t["x"], dim=1)])
+
+
+def rmsnorm_case() -> Case:
+    """x * rsqrt(mean(x^2, -1, keepdim) + eps) * w."""
+    n = 512
+    x, w, sq, ms = _v("x", (8, n)), _v("w", (n,)), _v("sq", (8, n)), _v("ms", (8, 1))
+    e1, e2, y1, y = _v("e1", (8, 1)), _v("e2", (8, 1)), _v("y1", (8, n)), _v("y", (8, n))
+    group = ReductionGroup("k2_rmsnorm", [x, w], [y], in_shape=(8, n), dims=(1,), keepdim=True, reduce="mean",
+                           operand="sq", result="ms", result_shape=(8, 1), prologue=[Op("square", ["x"], "sq")],
+                           epilogue=[Op("add", ["ms", 1e-6], "e1"), Op("rsqrt", ["e1"], "e2")],
+                           broadcast_epilogue=[Op("mul", ["x", "e2"], "y1"), Op("mul", ["y1", "w"], "y")])
+
+    def ref(torch, t):
+        xx = t["x"]
+        return [xx * torch.rsqrt(xx.pow(2).mean(-1, keepdim=True) + 1e-6) * t["w"]]
+    return Case(group, _values(x, w, sq, ms, e1, e2, y1, y), ref)
+
+
+def column_sum_case() -> Case:
+    """s = x.sum(1) over [B, R, I], and s + c with c [I] read at the reduced shape."""
+    x, c, s, e = _v("x", (4, 300, 33)), _v("c", (33,)), _v("s", (4, 33)), _v("e", (4, 33))
+    group = ReductionGroup("k3_colsum", [x, c], [s, e], in_shape=(4, 300, 33), dims=(1,), reduce="sum",
+                           operand="x", result="s", result_shape=(4, 33), epilogue=[Op("add", ["s", "c"], "e")])
+    return Case(group, _values(x, c, s, e), lambda torch, t: [t["x"].sum(1), t["x"].sum(1) + t["c"]],
+                atol=1e-4)
+
+
+def argmax_case() -> Case:
+    """argmax over dim 1 of [6, 50, 5] (a column reduction), int64 result."""
+    x, idx = _v("x", (6, 50, 5)), _v("idx", (6, 5), "int64")
+    group = ReductionGroup("k4_argmax", [x], [idx], in_shape=(6, 50, 5), dims=(1,), reduce="argmax", operand="x",
+                           result="idx", result_shape=(6, 5))
+    return Case(group, _values(x, idx), lambda torch, t: [t["x"].argmax(1)])
+
+
+def gemm_case() -> Case:
+    """gelu(x @ W^T + b): nn.Linear's layout (trans_b) with a bias and a GELU epilogue."""
+    m, n, k = 48, 24, 40
+    x, w, b, mm, y = _v("x", (m, k)), _v("w", (n, k)), _v("b", (n,)), _v("mm", (m, n)), _v("y", (m, n))
+    group = GemmGroup("k5_gemm", [x, w, b], [y], a="x", b="w", bias="b", trans_b=True, m=m, n=n, k=k,
+                      result="mm", out_shape=(m, n), epilogue=[Op("gelu", ["mm"], "y")])
+
+    def ref(torch, t):
+        return [torch.nn.functional.gelu(t["x"] @ t["w"].t() + t["b"])]
+    return Case(group, _values(x, w, b, mm, y), ref, atol=1e-4, rtol=1e-3, tags={"gemm"})
+
+
+# --- more, run on the GPU (and compiled here too) ------------------------------------------
+
+def log_softmax_case() -> Case:
+    """log_softmax of long rows (several warps per row), times 2 per element."""
+    shape = (16, 3001)
+    x, y, z = _v("x", shape), _v("y", shape), _v("z", shape)
+    group = ReductionGroup("k6_log_softmax", [x], [z], in_shape=shape, dims=(1,), reduce="log_softmax", operand="x",
+                           result="y", result_shape=shape, epilogue=[Op("mul", ["y", 2.0], "z")])
+    return Case(group, _values(x, y, z), lambda torch, t: [torch.log_softmax(t["x"], dim=1) * 2.0])
+
+
+def column_softmax_case() -> Case:
+    """softmax over dim 1 of [3, 70, 20]: a full-shape reduction with inner > 1."""
+    shape = (3, 70, 20)
+    x, y = _v("x", shape), _v("y", shape)
+    group = ReductionGroup("k7_colsoftmax", [x], [y], in_shape=shape, dims=(1,), reduce="softmax", operand="x",
+                           result="y", result_shape=shape)
+    return Case(group, _values(x, y), lambda torch, t: [torch.softmax(t["x"], dim=1)])
+
+
+def logsumexp_amax_case() -> Case:
+    """logsumexp over dims (1, 2) of 2 * x, plus the prologue value as a second output."""
+    shape = (5, 9, 31)
+    x, x2, lse = _v("x", shape), _v("x2", shape), _v("lse", (5,))
+    group = ReductionGroup("k8_logsumexp", [x], [lse, x2], in_shape=shape, dims=(1, 2), reduce="logsumexp",
+                           operand="x2", result="lse", result_shape=(5,), prologue=[Op("mul", ["x", 2.0], "x2")])
+    return Case(group, _values(x, x2, lse),
+                lambda torch, t: [torch.logsumexp(2 * t["x"], dim=(1, 2)), 2 * t["x"]])
+
+
+def amax_case() -> Case:
+    shape = (7, 129)
+    x, y = _v("x", shape), _v("y", (7,))
+    group = ReductionGroup("k9_amax", [x], [y], in_shape=shape, dims=(1,), reduce="amin", operand="x", result="y",
+                           result_shape=(7,))
+    return Case(group, _values(x, y), lambda torch, t: [t["x"].amin(1)])
+
+
+def norm_all_case() -> Case:
+    """The 2-norm of a whole tensor (one row), then an epilogue op."""
+    shape = (33, 65)
+    x, y, z = _v("x", shape), _v("y", ()), _v("z", ())
+    group = ReductionGroup("k10_norm", [x], [z], in_shape=shape, dims=(0, 1), reduce="norm2", operand="x",
+                           result="y", result_shape=(), epilogue=[Op("add", ["y", 1.0], "z")])
+    return Case(group, _values(x, y, z), lambda torch, t: [torch.linalg.vector_norm(t["x"]) + 1.0])
+
+
+def bmm_case() -> Case:
+    """relu(0.5 * a @ b) for a [3, 17, 9] and b [3, 9, 13], and the raw product too."""
+    a, b = _v("a", (3, 17, 9)), _v("b", (3, 9, 13))
+    mm, y = _v("mm", (3, 17, 13)), _v("y", (3, 17, 13))
+    group = GemmGroup("k11_bmm", [a, b], [mm, y], a="a", b="b", batch=3, m=17, n=13, k=9, alpha=0.5, result="mm",
+                      out_shape=(3, 17, 13), epilogue=[Op("relu", ["mm"], "y")])
+
+    def ref(torch, t):
+        mm = 0.5 * torch.bmm(t["a"], t["b"])
+        return [mm, torch.relu(mm)]
+    return Case(group, _values(a, b, mm, y), ref, atol=1e-4, rtol=1e-3, tags={"gemm"})
+
+
+def linear_case() -> Case:
+    """x @ W^T + b alone (no epilogue ops), with beta = 2 on a [1, n] bias."""
+    m, n, k = 37, 50, 64
+    x, w, b, y = _v("x", (m, k)), _v("w", (n, k)), _v("b", (1, n)), _v("y", (m, n))
+    group = GemmGroup("k12_linear", [x, w, b], [y], a="x", b="w", bias="b", trans_b=True, m=m, n=n, k=k, beta=2.0,
+                      result="y", out_shape=(m, n))
+    return Case(group, _values(x, w, b, y), lambda torch, t: [t["x"] @ t["w"].t() + 2.0 * t["b"]],
+                atol=1e-4, rtol=1e-3, tags={"gemm"})
+
+
+def mm_case() -> Case:
+    """A plain a @ b: cuBLAS alone, no epilogue kernel."""
+    a, b, y = _v("a", (20, 30)), _v("b", (30, 10)), _v("y", (20, 10))
+    group = GemmGroup("k13_mm", [a, b], [y], a="a", b="b", m=20, n=10, k=30, result="y", out_shape=(20, 10))
+    return Case(group, _values(a, b, y), lambda torch, t: [t["a"] @ t["b"]], atol=1e-4, rtol=1e-3, tags={"gemm"})
+
+
+CASES = {f.__name__.removesuffix("_case"): f for f in (
+    pointwise_case, softmax_case, rmsnorm_case, column_sum_case, argmax_case, gemm_case, log_softmax_case,
+    column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case)}
+
+
+def generate_all() -> dict[str, cuda_gen.Generated]:
+    out = {}
+    for name, make in CASES.items():
+        case = make()
+        out[name] = cuda_gen.generate(case.group, case.values)
+    return out
+
+
+# --- tests ---------------------------------------------------------------------------------
+
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    return found or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None)
+
+
+def _cuda_include(nvcc: str) -> Path | None:
+    """The toolkit's include folder (nvcc may be a wrapper script outside the toolkit)."""
+    homes = [Path(nvcc).resolve().parent.parent, Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))]
+    return next((home / "include" for home in homes if (home / "include" / "cuda_runtime.h").is_file()), None)
+
+
+def _cublas_include(nvcc: str) -> Path | None:
+    """A folder holding cublas_v2.h: the toolkit's, or the nvidia-cublas wheel's."""
+    candidates = [folder for folder in (_cuda_include(nvcc), Path("/usr/include")) if folder]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        candidates += [Path(root) / "cu13" / "include", Path(root) / "cublas" / "include"]
+    return next((folder for folder in candidates if (folder / "cublas_v2.h").is_file()), None)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_generated_files_follow_the_conventions(name):
+    case = CASES[name]()
+    made = cuda_gen.generate(case.group, case.values)
+    group = case.group
+    assert made.function == group.name and made.variants
+    assert f"{group.name}.cu" in made.files and f"{group.name}_binding.cpp" in made.files
+    for file, text in made.files.items():
+        if file.endswith(".cu"):
+            assert not TORCH_HEADER.search(text), f"{file} includes a torch header"
+    binding = made.files[f"{group.name}_binding.cpp"]
+    assert f"REGISTER_BINDING({group.name}, {group.name});" in binding
+    assert f'extern "C" int {group.name}_launch(' in binding and f'extern "C" int {group.name}_launch(' in \
+        made.files[f"{group.name}.cu"]
+    for value in group.inputs:
+        for check in ("must be a CUDA tensor", "must be float32", f"must have shape {list(value.shape)}"):
+            assert f"{group.name}: input {value.name} {check}" in binding
+    assert "config must be in" in binding and "getCurrentCUDAStream()" in binding
+
+
+def test_dense_inputs_are_checked_contiguous_and_strided_ones_get_strides():
+    made = cuda_gen.generate(pointwise_case().group, pointwise_case().values)
+    binding = made.files["k0_pointwise_binding.cpp"]
+    assert "k0_pointwise: input x must be contiguous" in binding
+    assert "input xt must be contiguous" not in binding and "ks_strides(in_xt, {2, 3, 5, 7})" in binding
+    assert "ks_strides(in_bias, {2, 3, 5, 7})" in binding
+    assert "std::tuple<torch::Tensor, torch::Tensor>" in binding
+
+
+def test_gemm_uses_cublas_without_tf32_in_its_own_file():
+    made = cuda_gen.generate(gemm_case().group, gemm_case().values)
+    cublas = made.files["k5_gemm_gemm.cu"]
+    assert "#include <cublas_v2.h>" in cublas and "CUBLAS_DEFAULT_MATH" in cublas and "TF32" not in \
+        cublas.replace("no TF32", "")
+    assert "cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, 24, 48, 40, &alpha, b, 40, a, 40, &beta, c, 24)" in cublas
+    assert "cublas" not in made.files["k5_gemm.cu"].lower().replace("k5_gemm_gemm.cu", "")
+    assert len(made.variants) == 6  # bias in the epilogue or through beta, 3 block sizes each
+
+
+def test_argmax_result_is_int64():
+    made = cuda_gen.generate(argmax_case().group, argmax_case().values)
+    assert "torch::kInt64" in made.files["k4_argmax_binding.cpp"]
+    assert "int64_t* p_idx" in made.files["k4_argmax.cu"]
+
+
+def test_out_of_scope_groups_raise_value_error():
+    case = pointwise_case()
+    case.values["t3"] = Value("t3", (2, 3, 5, 7), "float16")
+    with pytest.raises(ValueError, match="unsupported"):
+        cuda_gen.generate(case.group, case.values)
+    arg = argmax_case()
+    arg.group.epilogue = [Op("mul", ["idx", 2.0], "z")]
+    arg.values["z"] = Value("z", (6, 5), "int64")
+    with pytest.raises(ValueError, match="unsupported"):
+        cuda_gen.generate(arg.group, arg.values)
+
+
+def _write_sources(folder: Path) -> tuple[list[str], list[str]]:
+    """Write every case's files; return the .cu names without and with cuBLAS."""
+    plain, cublas = [], []
+    for made in generate_all().values():
+        for file, text in made.files.items():
+            (folder / file).write_text(text)
+            if file.endswith(".cu"):
+                (cublas if "cublas_v2.h" in text else plain).append(file)
+    return sorted(plain), sorted(cublas)
+
+
+@pytest.mark.slow_build
+@pytest.mark.parametrize("half", [0, 1])
+def test_generated_kernels_compile(tmp_path, half):
+    """The kernels without cuBLAS, in two nvcc calls (one per CI core under pytest -n 2)."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    plain, _ = _write_sources(tmp_path)
+    _compile(nvcc, plain[half::2], tmp_path)
+
+
+@pytest.mark.slow_build
+def test_generated_cublas_files_compile(tmp_path):
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    _, cublas = _write_sources(tmp_path)
+    include = _cublas_include(nvcc)
+    if include is None:
+        pytest.skip(f"no cublas_v2.h here: {', '.join(cublas)} compile in the GPU test")
+    _compile(nvcc, cublas, tmp_path, ["-I", str(include)])
+
+
+# Stand-ins for headers a CPU-only torch lacks (CUDAContext.h pulls cuSPARSE/cuBLAS/cuSOLVER in):
+# enough for a syntax check, where at::cuda::getCurrentCUDAStream comes from c10/cuda.
+STUB_HEADERS = {"ATen/cuda/CUDAContext.h": "#pragma once\n#include <c10/cuda/CUDAStream.h>\n",
+                "c10/cuda/impl/cuda_cmake_macros.h": "#pragma once\n"}
+
+
+@pytest.mark.slow_build
+def test_generated_bindings_compile(tmp_path):
+    """Every binding, g++ -fsyntax-only in one translation unit (each in its own namespace, so
+    the torch headers are parsed once): about 30 s."""
+    compiler, nvcc = shutil.which("g++") or shutil.which("c++"), _nvcc()
+    torch_spec = importlib.util.find_spec("torch")
+    python_include = Path(sysconfig.get_paths()["include"])
+    cuda_include = _cuda_include(nvcc) if nvcc else None
+    if not (compiler and cuda_include and torch_spec and (python_include / "Python.h").is_file()):
+        pytest.skip("needs g++, the CUDA toolkit's headers, torch's headers and Python.h")
+    _write_sources(tmp_path)
+    for rel, text in STUB_HEADERS.items():
+        (tmp_path / "stubs" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "stubs" / rel).write_text(text)
+    bindings = sorted(p.name for p in tmp_path.glob("*_binding.cpp"))
+    unit = [f"#include {h}" for h in ("<torch/extension.h>", "<c10/cuda/CUDAGuard.h>", '"binding_registry.h"')]
+    unit += [f'namespace ks_{name.removesuffix(".cpp")} {{\n#include "{name}"\n}}' for name in bindings]
+    (tmp_path / "all_bindings.cpp").write_text("\n".join(unit) + "\n")
+    torch_include = Path(torch_spec.origin).parent / "include"
+    includes = [tmp_path / "stubs", python_include, torch_include, torch_include / "torch" / "csrc" / "api" / "include",
+                cuda_include, Path(cuda_gen.__file__).parent.parent / "templates"]
+    cmd = [compiler, "-std=c++17", "-fsyntax-only", "-DTORCH_EXTENSION_NAME=ks_bindings",
+           *[f"-I{folder}" for folder in includes], "all_bindings.cpp"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert proc.returncode == 0, "\n".join(errors[:20]) or proc.stderr[-4000:]
+
+
+def _compile(nvcc: str, files: list[str], cwd: Path, extra: list[str] = ()) -> None:
+    cmd = [nvcc, "-c", "-arch=sm_90", "-std=c++17", "-O3", *extra, *files]
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"nvcc failed:\n{proc.stdout}\n{proc.stderr}"
+    assert "warning" not in proc.stderr.lower(), proc.stderr
