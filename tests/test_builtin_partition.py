@@ -16,7 +16,7 @@ def plan_of(tmp_path: Path, init: str, forward: str, inputs: str, init_inputs: s
 
     source = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
               "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-              f"{body(init)}\n\n    def forward(self, x):\n{body(forward)}\n\n"
+              f"{body(init)}\n\n    def forward(self, x, *rest):\n{body(forward)}\n\n"
               f"def get_inputs():\n    return {inputs}\n\ndef get_init_inputs():\n    return {init_inputs}\n")
     path = tmp_path / "task.py"
     path.write_text(source)
@@ -92,3 +92,29 @@ def test_views_between_kernels_run_in_python(tmp_path):
 def test_what_cannot_be_generated_is_reported(tmp_path, init, forward, inputs, why):
     p = plan_of(tmp_path, init, forward, inputs)
     assert p.unsupported and why in p.unsupported[0]
+
+
+def test_inference_batch_norm_fuses_with_channel_views_taken_first(tmp_path):
+    init = ("self.w = nn.Parameter(torch.rand(8))\nself.b = nn.Parameter(torch.rand(8))\n"
+            "self.register_buffer('rm', torch.rand(8))\nself.register_buffer('rv', torch.rand(8) + 1)")
+    p = plan_of(tmp_path, init, "y = torch.relu(x)\nreturn F.batch_norm(y, self.rm, self.rv, self.w, self.b, False, 0.1, 1e-5)",
+                "[torch.randn(2, 8, 4, 4)]")
+    (group,) = p.groups()  # relu and the whole normalisation in one kernel
+    assert names(group.body) == ["relu", "sub", "bn_scale", "mul", "add"]
+    assert [v.expr for v in p.prelude] == ["{x}.view(8, 1, 1)"] * 4
+    assert [o.name for o in group.outputs] == p.outputs
+
+
+def test_ops_the_generators_know_are_not_decomposed(tmp_path):
+    p = plan_of(tmp_path, "", "return F.softplus(x) + torch.logsumexp(x, dim=1, keepdim=True)",
+                "[torch.randn(4, 16)]")
+    assert not p.unsupported
+    assert "softplus" in [op.name for g in p.groups() for op in g.ops()]
+    assert "logsumexp" in [getattr(g, "reduce", "") for g in p.groups()]
+
+
+def test_a_non_tensor_input_is_a_clear_capture_error(tmp_path):
+    from kernelsmith.builtin.graph import CaptureError
+
+    with pytest.raises(CaptureError, match="non-tensor inputs"):
+        plan_of(tmp_path, "", "return x * 2", "[torch.randn(4), 3.0]")

@@ -30,8 +30,9 @@ class ModelNew(Model):
 
 def model_new_source(plan: Plan, configs: list[int], variant_names: list[list[str]]) -> str:
     names = {v.name: v.source for v in plan.inputs}
-    names.update({p.name: p.source for g in plan.groups() for p in g.inputs if p.source.startswith("self.")})
-    lines = []
+    names.update({p.name: p.source for p in plan.params})
+    used = _used_values(plan)
+    lines = [_view_line(view, names) for view in plan.prelude if view.out.name in used]
     for step in plan.steps:
         lines.append(_view_line(step, names) if isinstance(step, ViewStep) else _call_line(step, names, plan))
     outs = [names[o] for o in plan.outputs]
@@ -41,6 +42,17 @@ def model_new_source(plan: Plan, configs: list[int], variant_names: list[list[st
     head = HEADER.format(summary=describe(plan), configs=list(configs), variant_notes=notes,
                          args=", ".join(v.source for v in plan.inputs))
     return head + "".join(f"        {line}\n" for line in lines)
+
+
+def _used_values(plan: Plan) -> set[str]:
+    """Values some kernel, view or the return reads (an unused view is left out)."""
+    used = set(plan.outputs)
+    for step in plan.steps:
+        used |= {v.name for v in step.inputs} if isinstance(step, Group) else {step.source}
+    for view in reversed(plan.prelude):  # a view of a view keeps its source
+        if view.out.name in used:
+            used.add(view.source)
+    return used
 
 
 def _view_line(step: ViewStep, names: dict[str, str]) -> str:

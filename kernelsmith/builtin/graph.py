@@ -59,13 +59,29 @@ def capture(task_path: Path) -> Graph:
     with torch.device("meta"):
         model = task.Model(*task.get_init_inputs())
         inputs = tuple(task.get_inputs())
-    model.eval()
+    # No eval(): the harness runs Model as constructed (training mode, as KernelBench does),
+    # so batch norm uses batch statistics and the captured graph must say so.
+    if not all(isinstance(x, torch.Tensor) for x in inputs):
+        kinds = ", ".join(type(x).__name__ for x in inputs)
+        raise CaptureError(f"forward takes non-tensor inputs ({kinds}); only tensor inputs are supported yet")
     try:
-        program = torch.export.export(model, inputs).run_decompositions()
+        program = torch.export.export(model, inputs).run_decompositions(_decompositions())
     except Exception as err:  # export raises many kinds; all mean "cannot capture"
         raise CaptureError(f"torch.export could not capture Model: {type(err).__name__}: "
                            f"{str(err).splitlines()[0] if str(err) else ''}") from None
     return _graph_of(program, len(inputs))
+
+
+# Ops the generators handle whole: decomposing them would only make more, smaller ops.
+KEPT_WHOLE = ("softplus", "logsumexp", "mish", "silu", "hardswish", "hardsigmoid", "rsub", "square")
+
+
+def _decompositions() -> dict:
+    table = torch.export.default_decompositions()
+    for op in list(table):
+        if str(op).removeprefix("aten.").split(".")[0] in KEPT_WHOLE:
+            del table[op]
+    return table
 
 
 def c_name(name: str) -> str:

@@ -161,6 +161,8 @@ class Plan:
     outputs: list[str]  # value names returned by forward, in order
     returns_tuple: bool
     unsupported: list[str] = field(default_factory=list)  # why the plan cannot be generated
+    prelude: list[ViewStep] = field(default_factory=list)  # views of inputs and parameters, taken first
+    params: list[Value] = field(default_factory=list)  # parameters and buffers (source: self.<path>)
 
     def groups(self) -> list[Group]:
         return [s for s in self.steps if isinstance(s, Group)]

@@ -14,7 +14,7 @@ class Unsupported(Exception):
 
 
 UNARY = {"neg", "relu", "sigmoid", "tanh", "exp", "log", "log1p", "expm1", "abs", "sqrt", "rsqrt",
-         "reciprocal", "sin", "cos", "erf", "floor", "ceil", "sign", "silu", "mish", "hardsigmoid",
+         "reciprocal", "sin", "cos", "erf", "floor", "ceil", "sign", "silu", "mish", "hardsigmoid", "square",
          "hardswish"}
 BINARY = {"mul", "div", "maximum", "minimum"}
 COPIES = {"clone.default", "alias.default", "detach.default", "lift_fresh_copy.default"}

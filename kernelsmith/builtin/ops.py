@@ -57,6 +57,7 @@ POINTWISE = {
     "hardsigmoid": "fminf(fmaxf({0} / 6.0f + 0.5f, 0.0f), 1.0f)",
     "hardswish": "({0} * fminf(fmaxf({0} + 3.0f, 0.0f), 6.0f) / 6.0f)",
     "where": "(({0} != 0.0f) ? {1} : {2})",
+    "bn_scale": "({0} / sqrtf({1} + {eps}))",  # batch norm in inference: (x - mean) / sqrt(var + eps)
 }
 
 DEFAULT_ATTRS = {"add": {"alpha": 1.0}, "sub": {"alpha": 1.0}, "rsub": {"alpha": 1.0},

@@ -21,6 +21,7 @@ from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, GemmGroup, Group, Op,
 from kernelsmith.builtin.lowering import Unsupported
 
 FLOAT = "float32"
+BATCH_NORM = "_native_batch_norm_legit_no_training.default"
 ALIAS_VIEWS = ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze")
 
 
@@ -31,12 +32,15 @@ class Partitioner:
     steps: list = field(default_factory=list)
     owner: dict[str, int] = field(default_factory=dict)  # value -> index of the step that makes it
     reduced: dict[int, set] = field(default_factory=dict)  # reduction step -> values at the reduced shape
+    prelude: list = field(default_factory=list)  # views of external values, taken first in forward
+    views: dict[str, ViewStep] = field(default_factory=dict)
 
     def __post_init__(self):
         self.values = self.graph.values()
 
     def run(self) -> Plan:
-        plan = Plan(self.graph.inputs, self.steps, self.graph.outputs, self.graph.returns_tuple)
+        plan = Plan(self.graph.inputs, self.steps, self.graph.outputs, self.graph.returns_tuple,
+                    prelude=self.prelude, params=self.graph.params)
         try:
             for node in _fold_multi_output(self.graph.nodes):
                 self.add(node)
@@ -46,7 +50,7 @@ class Partitioner:
         return plan
 
     def add(self, node: Node) -> None:
-        kind = lowering.kind_of(node)
+        kind = "batch_norm" if node.target == BATCH_NORM else lowering.kind_of(node)
         if kind == "unsupported":
             raise Unsupported(f"{node.target} is not supported yet")
         getattr(self, f"add_{kind}")(node)
@@ -54,7 +58,9 @@ class Partitioner:
     # --- pointwise -----------------------------------------------------------------------
 
     def add_pointwise(self, node: Node) -> None:
-        op = lowering.pointwise_op(node)
+        self.add_op(node, lowering.pointwise_op(node))
+
+    def add_op(self, node: Node, op: Op) -> None:
         self.require_float(node, op.tensor_args())
         last = len(self.steps) - 1
         internal = [a for a in op.tensor_args() if self.owner.get(a) == last]
@@ -148,7 +154,7 @@ class Partitioner:
 
     def weight_of(self, b: str) -> tuple[str, bool]:
         """b itself, or (W, True) when b is W.permute(1, 0) / W.t() of a contiguous 2-D W."""
-        step = self.steps[self.owner[b]] if b in self.owner else None
+        step = self.views.get(b)
         if isinstance(step, ViewStep) and step.kind in ("permute", "t", "transpose") and \
                 len(self.values[b].shape) == 2 and self.values[step.source].contiguous:
             return step.source, True
@@ -174,7 +180,46 @@ class Partitioner:
             return self.join(last, node, Op("copy", [source], node.name), [])
         view = ViewStep(self.values[node.name], lowering.view_expr(node), source, lowering.base(node.target))
         self.values[node.name].source = ""
-        self.push(view, node.name)
+        self.views[node.name] = view
+        if source not in self.owner and source not in self.views_of_kernels():
+            self.prelude.append(view)  # a view of an input or parameter: hoisted, so kernels keep fusing
+        else:
+            self.push(view, node.name)
+
+    def views_of_kernels(self) -> set[str]:
+        return {v.out.name for v in self.steps if isinstance(v, ViewStep)}
+
+    # --- batch norm in inference: pointwise with per-channel parameters ----------------------
+
+    def add_batch_norm(self, node: Node) -> None:
+        x, weight, bias, mean, var, _momentum, eps = node.args
+        shape = self.values[x].shape
+        replaced = node.kwargs["replaces"]  # x's reader is now the first op below
+        self.graph.consumers[x] = [f"{node.name}_0" if c == replaced else c for c in self.graph.consumers.get(x, [])]
+        params = [self.channel_view(p, len(shape)) for p in (mean, var, weight, bias)]
+        steps = [("sub", [x, params[0]], {}), ("bn_scale", [None, params[1]], {"eps": float(eps)})]
+        steps += [("mul", [None, params[2]], {})] if weight else []
+        steps += [("add", [None, params[3]], {"alpha": 1.0})] if bias else []
+        previous = None
+        for i, (op_name, args, attrs) in enumerate(steps):
+            name = node.name if i == len(steps) - 1 else f"{node.name}_{i}"
+            args = [previous if a is None else a for a in args]
+            self.values[name] = Value(name, shape)
+            if i < len(steps) - 1:
+                self.graph.consumers[name] = [f"{node.name}_{i + 1}" if i + 1 < len(steps) - 1 else node.name]
+            self.add_op(Node(name, op_name, args, {}, shape, FLOAT), Op(op_name, args, name, attrs))
+            previous = name
+
+    def channel_view(self, param: str | None, rank: int) -> str | None:
+        """A [C] parameter as [C, 1, ...] so that it broadcasts along dim 1 of the input."""
+        if param is None or rank <= 2:
+            return param
+        value = self.values[param]
+        name = f"{param}_as_channels"
+        shape = (value.shape[0],) + (1,) * (rank - 2)
+        self.values[name] = Value(name, shape)
+        self.prelude.append(ViewStep(self.values[name], f"{{x}}.view({', '.join(map(str, shape))})", param, "view"))
+        return name
 
     # --- bookkeeping -----------------------------------------------------------------------
 
@@ -212,10 +257,16 @@ class Partitioner:
 
 def _fold_multi_output(nodes: list[Node]) -> list[Node]:
     """max.dim / min.dim and their getitems -> amax/argmax (amin/argmin) nodes."""
-    multi = {n.name: n for n in nodes if n.target in ("max.dim", "min.dim")}
+    multi = {n.name: n for n in nodes if n.target in ("max.dim", "min.dim", BATCH_NORM)}
     folded = []
     for node in nodes:
         if node.name in multi:
+            continue
+        if node.target == "getitem" and node.args[0] in multi and multi[node.args[0]].target == BATCH_NORM:
+            if node.args[1] != 0:
+                raise Unsupported("batch norm statistics as outputs")
+            source = multi[node.args[0]]
+            folded.append(Node(node.name, BATCH_NORM, source.args, {"replaces": source.name}, node.shape, node.dtype))
             continue
         if node.target == "getitem" and node.args[0] in multi:
             source = multi[node.args[0]]
