@@ -242,13 +242,17 @@ def optimize(task: Optional[str] = typer.Argument(None, help="KernelBench-format
             lambda listeners, on_text: session.resume(settings, folder, resume, listeners, on_text), as_json))
     backend = create_backend(settings)  # a missing key or bad flag fails before a workdir is created
     opts = _options(settings.device, settings.precision)
-    _notice_defaults(backend.name, settings.device, opts.device)
+    from kernelsmith import workdir as wd
+
+    existing = workdir is not None and (workdir / wd.STATE_DIR / "config.json").is_file()
+    _notice_defaults(backend.name, settings.device if not existing else "workdir", opts.device)
     path = session.prepare_workdir(task, workdir, opts.device, opts.precision, inputs, init_args)
     raise typer.Exit(_run_session(lambda listeners, on_text: session.start(settings, path, listeners, on_text), as_json))
 
 
 def _notice_defaults(backend: str, asked_device: str | None, device: str) -> None:
-    """One line on stderr for each default the user did not choose (no key, no GPU)."""
+    """One line on stderr for each default the user did not choose (no key; no GPU, for a new
+    workdir: an existing one keeps the device it was made for)."""
     if backend == "builtin":
         print("notice: no API key configured: using the built-in offline policy "
               "(set ANTHROPIC_API_KEY or OPENAI_API_KEY, or --backend, for an LLM)", file=sys.stderr)
