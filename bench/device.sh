@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench
 # Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -35,6 +35,13 @@ case "$STEP" in
               # on 21_Sigmoid the 15 evaluations outran 420 s, so a small example task)
     timeout 560 python3 bench/pool.py --reference examples/rms_norm_rows/model.py \
       --candidate examples/rms_norm_rows/cuda/model_new.py --jobs 6 --gpus "${GPUS:-0}" --out "$OUT" 2>&1 | tail -20 ;;
+  builtin-gpu-tests)  # the CUDA generator's kernels built and compared with torch, every variant
+    timeout 560 python3 -m pytest tests/gpu/test_builtin_cuda_gpu.py -q -rA -p no:cacheprovider 2>&1 \
+      | tee "$OUT/builtin_gpu_tests.log" | tail -25 ;;
+  builtin-bench)  # the built-in policy over the 16 dev tasks it generates (more calls: --resume with the last out)
+    timeout 570 python3 -m kernelsmith.cli bench $(python3 -c "import json; print(' '.join(
+      '$KB/'+r['level']+'/'+r['task'] for r in json.load(open('bench/results/cpu-2026-11-30/builtin_coverage.json'))
+      if r['supported']))") --backend builtin --max-turns 6 --out "$OUT/builtin" 2>&1 | tail -30 ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)
     timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --modes default --workers 2 --deadline 480 \
       --timeout 300 --previous $R/baselines_partial.jsonl $R/baselines_run1.jsonl $R/baselines_run2.jsonl \
@@ -42,6 +49,6 @@ case "$STEP" in
   baselines-autotune)  # levels 1 and 3 with max-autotune-no-cudagraphs too (several calls; pass earlier outputs)
     timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --workers 2 --deadline 480 --timeout 300 \
       --previous $R/baselines_run1.jsonl "$@" --out "$OUT" 2>&1 | grep -v '^|' | tail -30 ;;
-  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune" >&2
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench" >&2
      exit 2 ;;
 esac
