@@ -117,8 +117,8 @@ class ReductionGroup(Group):
 class GemmGroup(Group):
     """out[b] = a[b] @ op(b_mat[b]) (+ bias), then pointwise `epilogue` ops at [batch.., m, n].
 
-    a is [m, k] or [batch, m, k], contiguous. b_mat is [k, n] contiguous, or, when trans_b,
-    the transpose of a contiguous [n, k] (nn.Linear's weight). bias, when present, has shape
+    a is [m, k] or [batch, m, k], contiguous. b names a contiguous [k, n] matrix, or, when
+    trans_b, a contiguous [n, k] one (nn.Linear's weight) used transposed. bias, when present, has shape
     [n] (broadcast over rows) and is added before the epilogue, scaled by beta.
     """
 
