@@ -5,22 +5,15 @@ shared among threads; `config` picks one at run time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from kernelsmith.builtin import ops
 from kernelsmith.builtin.access import Access, access_for
-from kernelsmith.builtin.ir import FULL_SHAPE_REDUCTIONS, GemmGroup, Group, PointwiseGroup, ReductionGroup, Value
+from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, GemmGroup, Generated, Group, PointwiseGroup,
+                                    ReductionGroup, Value)
 
 SCHEDULES = [("omp static", "#pragma omp parallel for schedule(static)"),
              ("omp dynamic, chunks of 16", "#pragma omp parallel for schedule(dynamic, 16)"),
              ("one thread", "")]
-
-
-@dataclass
-class Generated:
-    files: dict[str, str]
-    function: str
-    variants: list[str]
 
 
 def generate(group: Group, values: dict[str, Value]) -> Generated:

@@ -19,18 +19,12 @@ from string import Template
 
 from kernelsmith.builtin import ops
 from kernelsmith.builtin.access import Access, access_for
-from kernelsmith.builtin.ir import FULL_SHAPE_REDUCTIONS, GemmGroup, Group, PointwiseGroup, ReductionGroup, Value
+from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, GemmGroup, Generated, Group, PointwiseGroup,
+                                    ReductionGroup, Value)
 
 MAX_BLOCKS = 1 << 20  # grid-stride loops cover the rest
 ARG_REDUCTIONS = ("argmax", "argmin")
 INT_MAX = 2**31 - 1
-
-
-@dataclass
-class Generated:
-    files: dict[str, str]  # file name (no folders) under kernels/ -> source text
-    function: str  # == group.name: the binding registers ext.<group.name>
-    variants: list[str]  # one description per launch variant; index = config, 0 the default
 
 
 def generate(group: Group, values: dict[str, Value]) -> Generated:

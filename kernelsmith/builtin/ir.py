@@ -166,3 +166,12 @@ class Plan:
 
     def groups(self) -> list[Group]:
         return [s for s in self.steps if isinstance(s, Group)]
+
+
+@dataclass
+class Generated:
+    """What a generator makes of one group (both generators return this)."""
+
+    files: dict[str, str]  # file name (no folders) under kernels/ -> source text
+    function: str  # == group.name: the binding registers ext.<group.name>
+    variants: list[str]  # one description per launch variant; index = config, 0 the default
