@@ -89,9 +89,8 @@ def test_an_unsupported_task_finishes_at_once_with_the_reason(tmp_path):
 def test_defaults_chosen_for_the_user_are_announced_in_one_line_each(capsys):
     from kernelsmith.cli import _notice_defaults
 
-    _notice_defaults("builtin", None, "cpu")
+    _notice_defaults("builtin", "cpu", device_chosen=False)
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and "built-in offline policy" in lines[0] and "CPU target" in lines[1]
-    _notice_defaults("openai", "workdir", "cpu")  # an existing workdir keeps its device: no notice
-    _notice_defaults("anthropic", "cpu", "cpu")  # chosen by the user: no notice
+    _notice_defaults("openai", "cpu", device_chosen=True)  # by --device, or by an existing workdir: no notice
     assert capsys.readouterr().err == ""

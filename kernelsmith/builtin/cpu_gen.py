@@ -7,7 +7,9 @@ from __future__ import annotations
 
 
 from kernelsmith.builtin import ops
-from kernelsmith.builtin.access import Access, access_for
+from math import prod
+
+from kernelsmith.builtin.access import Access, access_for, broadcastable
 from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, GemmGroup, Generated, Group, PointwiseGroup,
                                     ReductionGroup, Value)
 
@@ -68,17 +70,6 @@ def _loads(group: Group, values, space: tuple[int, ...], flat: str, names: dict[
     return lines
 
 
-def _stores(group: Group, names: dict[str, str], shape: tuple[int, ...], flat: str, values) -> list[str]:
-    return [f"    out{j}[{flat}] = {names[o.name]};" for j, o in enumerate(group.outputs)
-            if o.name in names and values[o.name].shape == shape or (o.name in names and _same_numel(o, shape))]
-
-
-def _same_numel(value: Value, shape: tuple[int, ...]) -> bool:
-    from math import prod
-
-    return value.numel == prod(shape)
-
-
 def _variants(name: str, signature: str, call_args: str, loop_for) -> str:
     """One function per schedule, and a dispatcher on config."""
     out = []
@@ -101,17 +92,11 @@ def _pointwise(group: PointwiseGroup, values) -> str:
     names: dict[str, str] = {}
     lines = _loads(group, values, group.shape, "i", names) + ops.body_lines(group.body, names)
     lines += [f"    out{j}[i] = {names[o.name]};" for j, o in enumerate(group.outputs)]
-    numel = _numel(group.shape)
+    numel = prod(group.shape)
 
     def loop(pragma):
         return f"  {pragma}\n  for (int64_t i = 0; i < {numel}LL; ++i) {{\n" + "\n".join(lines) + "\n  }"
     return _variants(group.name, _params(group), _call_args(group), loop)
-
-
-def _numel(shape) -> int:
-    from math import prod
-
-    return prod(shape)
 
 
 # --- reductions ----------------------------------------------------------------------------
@@ -147,8 +132,6 @@ def _row_prologue(group: ReductionGroup, values, element: str) -> tuple[list[str
 
 
 def _broadcasts(value: Value, shape) -> bool:
-    from kernelsmith.builtin.access import broadcastable
-
     return broadcastable(value.shape, shape)
 
 

@@ -144,7 +144,7 @@ class Partitioner:
         self.require_float(node, [x for x in (bias, a, b) if x])
         b_source, trans_b = self.weight_of(b)
         a_value = self.values[a]
-        if not a_value.contiguous or self.owner.get(a) is None and a_value.dtype != FLOAT:
+        if not a_value.contiguous:
             raise Unsupported(f"{node.target} on a non-contiguous left operand")
         if not trans_b and not self.values[b_source].contiguous:
             raise Unsupported(f"{node.target} on a non-contiguous right operand")
@@ -181,13 +181,10 @@ class Partitioner:
         view = ViewStep(self.values[node.name], lowering.view_expr(node), source, lowering.base(node.target))
         self.values[node.name].source = ""
         self.views[node.name] = view
-        if source not in self.owner and source not in self.views_of_kernels():
+        if source not in self.owner:  # (views between kernels are owned, through push)
             self.prelude.append(view)  # a view of an input or parameter: hoisted, so kernels keep fusing
         else:
             self.push(view, node.name)
-
-    def views_of_kernels(self) -> set[str]:
-        return {v.out.name for v in self.steps if isinstance(v, ViewStep)}
 
     # --- batch norm in inference: pointwise with per-channel parameters ----------------------
 
