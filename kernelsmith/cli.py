@@ -397,6 +397,53 @@ def _stored_meta(out: Path) -> dict:
     return json.loads(path.read_text()).get("meta", {}) if path.is_file() else {}
 
 
+WorkdirOpt = typer.Option(None, "--workdir", "-w", help="workdir (default: .)")
+
+
+def _kernel_repo(workdir: Optional[Path]):
+    from kernelsmith.gitops import KernelRepo
+
+    return KernelRepo((workdir or Path.cwd()).resolve())
+
+
+@app.command("log")
+def log_cmd(workdir: Optional[Path] = typer.Argument(None, help="workdir (default: .)"), as_json: bool = JsonOpt) -> None:
+    """The kernel commits on the current branch, with speed-ups, reward and turn."""
+    from kernelsmith.console import console, kernel_log_table
+    from kernelsmith.gitops import kernel_row
+
+    repo = _kernel_repo(workdir)
+    rows, accepted = [kernel_row(c) for c in repo.kernel_commits()], repo.accepted()
+    if as_json:
+        print(json.dumps({"accepted": accepted, "commits": rows}))
+    elif not rows:
+        console.print(f"no kernel commits in {repo.root} yet (run `kernelsmith optimize`)")
+    else:
+        console.print(kernel_log_table(rows, accepted))
+
+
+@app.command()
+def accept(rev: str = typer.Argument(..., help="a kernel commit (sha or prefix, tag, HEAD~1, ...)"),
+           workdir: Optional[Path] = WorkdirOpt) -> None:
+    """Record a kernel commit as accepted (tag and refs/kernelsmith/accepted); export uses it."""
+    from kernelsmith.console import console
+
+    done = _kernel_repo(workdir).accept(rev)
+    console.print(f"[green]accepted[/] {done['sha'][:8]} {done['summary']} (tag {done['tag']})")
+    console.print("next: kernelsmith export --out DIR, to package it as a Python module")
+
+
+@app.command()
+def revert(rev: str = typer.Argument(..., help="a kernel commit (sha or prefix, tag, HEAD~1, ...)"),
+           workdir: Optional[Path] = WorkdirOpt) -> None:
+    """Undo a kernel commit with a new commit; refused when that would lose or tangle work."""
+    from kernelsmith.console import console
+
+    repo = _kernel_repo(workdir)
+    sha = repo.revert(rev)
+    console.print(f"[green]reverted[/] as {sha[:8]}: {repo.commit_info(sha)['summary']}")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Console entry point: typed errors become one line and an exit code."""
     from kernelsmith.console import err_console

@@ -175,3 +175,17 @@ def render_session_summary(end: dict) -> None:
     if summary.get("finish_summary"):
         table.add_row("agent says", summary["finish_summary"])
     console.print(table)
+
+
+def kernel_log_table(rows: list[dict], accepted: str | None) -> Table:
+    """Kernel commits (gitops.kernel_row dicts, newest first) as a table; the accepted one marked."""
+    table = Table(title="kernel commits (newest first)", title_justify="left")
+    for name, justify in (("commit", "left"), ("turn", "right"), ("vs eager", "right"), ("vs compile", "right"),
+                          ("reward", "right"), ("accepted", "center"), ("summary", "left")):
+        table.add_column(name, justify=justify, no_wrap=name != "summary")
+    for row in rows:
+        table.add_row(row["sha"][:8], "-" if row["turn"] is None else str(row["turn"]),
+                      _fmt_x(row["speedup_vs_eager"]), _fmt_x(row["speedup_vs_compile"]),
+                      "-" if row["reward"] is None else f"{row['reward']:g}",
+                      "[green]✓[/]" if row["sha"] == accepted else "", row["summary"])
+    return table

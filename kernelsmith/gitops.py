@@ -27,6 +27,9 @@ NOTES_FILES = ("notes.md", "NOTES.md")
 TRAILER_SESSION = "Kernelsmith-Session"
 TRAILER_ATTEMPT = "Kernelsmith-Attempt"
 ATTEMPTS_REF = "refs/kernelsmith/attempts"
+ACCEPTED_REF = "refs/kernelsmith/accepted"
+ACCEPTED_TAG_PREFIX = "kernelsmith-accepted-"
+TRAILER_REVERTS = "Kernelsmith-Reverts"
 
 # A session id becomes one ref component, so it must not smuggle in "/", "..", spaces or ".lock".
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -245,12 +248,190 @@ class KernelRepo:
             raise BadInput(f"{sha!r} is not a commit in {self.root}") from None
         return _session_of(parse_trailers(out)) is not None
 
+    # -- reviewing: resolve, accept, revert, restore -------------------------------------------
+
+    def resolve(self, rev: str) -> str:
+        """The full sha of a commit named by rev (sha, prefix, tag, HEAD~1, ...)."""
+        if not rev or rev.startswith("-"):  # never let a caller's string be read as a git option
+            raise BadInput(f"{rev!r} is not a commit in {self.root}")
+        try:
+            return self.git.rev_parse("--verify", "-q", f"{rev}^{{commit}}")
+        except git.GitCommandError:
+            raise BadInput(f"{rev!r} is not a commit in {self.root}", "`kernelsmith log` lists the kernel commits") from None
+
+    def commit_info(self, rev: str) -> dict:
+        """{"sha", "summary", "trailers", "time", "parents"} of one commit."""
+        sha = self.resolve(rev)
+        fields = _US.join(["%H", "%s", "%ct", "%P", "%(trailers:only,unfold)"])
+        out = self.git.show("-s", f"--format={fields}", sha, "--")
+        sha, summary, time, parents, trailer_text = out.split(_US, 4)
+        return {"sha": sha, "summary": summary, "time": int(time), "parents": parents.split(),
+                "trailers": parse_trailers(trailer_text)}
+
+    def accepted(self) -> str | None:
+        """The sha that refs/kernelsmith/accepted names, or None when nothing was accepted."""
+        try:
+            return self.git.rev_parse("--verify", "-q", f"{ACCEPTED_REF}^{{commit}}")
+        except git.GitCommandError:
+            return None
+
+    def accept(self, rev: str) -> dict:
+        """Record a kernel commit as the accepted one: refs/kernelsmith/accepted and an annotated
+        tag kernelsmith-accepted-<sha8>. Returns the commit's info and the tag's name."""
+        info = self._kernel_commit_on_branch(rev, "accept")
+        tag = ACCEPTED_TAG_PREFIX + info["sha"][:8]
+        self.git.update_ref("-m", f"kernelsmith accept {info['sha'][:8]}", ACCEPTED_REF, info["sha"])
+        self.git.tag("-f", "-a", tag, "-m", f"kernelsmith: accepted {info['summary']}", info["sha"],
+                     env=self._identity_env())
+        return {**info, "tag": tag}
+
+    def changed_paths(self, sha: str) -> list[str]:
+        """The paths a (single-parent) commit changed against its parent."""
+        out = self.git.diff_tree("--no-commit-id", "--name-only", "-r", "--root", sha, "--")
+        return [line for line in out.splitlines() if line]
+
+    def revert(self, rev: str) -> str:
+        """A new commit that undoes a kernelsmith commit; refused with the reason when unsafe
+        (rules in _revert_refusal). The working files of the reverted paths follow HEAD."""
+        info = self._kernel_commit_on_branch(rev, "revert")
+        self._require_branch()
+        paths = self.changed_paths(info["sha"])
+        reason = self._revert_refusal(info, paths)
+        if reason:
+            raise BadInput(f"cannot revert {info['sha'][:8]}: {reason}")
+        head = self.head_sha()
+        tree = self._tree_reverting(info["parents"][0], paths)
+        summary = f"kernelsmith: revert {info['sha'][:8]} ({info['summary']})"
+        trailers = {TRAILER_SESSION: _session_of(info["trailers"]), TRAILER_REVERTS: info["sha"]}
+        sha = self._commit_tree(tree, head, _message(summary, "", trailers))
+        self._advance_branch(sha, head, summary, paths)
+        self._checkout_paths(paths)
+        return sha
+
+    def _kernel_commit_on_branch(self, rev: str, action: str) -> dict:
+        info = self.commit_info(rev)
+        short = info["sha"][:8]
+        if _session_of(info["trailers"]) is None:
+            raise BadInput(f"cannot {action} {short}: it is not a kernelsmith commit",
+                           "kernelsmith only touches commits with a Kernelsmith-Session trailer")
+        if any(key.lower() == TRAILER_ATTEMPT.lower() for key in info["trailers"]):
+            raise BadInput(f"cannot {action} {short}: it is an attempt snapshot, not a commit on the branch",
+                           "restore the attempt into the working files instead (kernelsmith review)")
+        if not self._is_ancestor(info["sha"], self.head_sha()):
+            raise BadInput(f"cannot {action} {short}: it is not on the current branch")
+        return info
+
+    def _revert_refusal(self, info: dict, paths: list[str]) -> str:
+        """Why reverting this commit now would lose or tangle work (Aider's undo rules, widened
+        from "only the last commit" to "no later commit touches the same files"), or ""."""
+        if len(info["parents"]) != 1:
+            return "it is a merge or a root commit"
+        if not paths:
+            return "it changes no files (it records a measured speed); revert the commit before it"
+        if info["sha"] == self.accepted():
+            return "it is the accepted kernel; accept another commit first"
+        later = self._later_commit_touching(info["sha"], paths)
+        if later:
+            return f"the later commit {later[:8]} also changes {', '.join(paths)}; revert that one first"
+        dirty = self._dirty_among(paths)
+        if dirty:
+            return f"{', '.join(dirty)} has uncommitted changes that the revert would overwrite; commit or stash them first"
+        return ""
+
+    def _later_commit_touching(self, sha: str, paths: list[str]) -> str | None:
+        out = self.git.rev_list(f"{sha}..HEAD", "--", *paths)
+        later = out.split()
+        return later[-1] if later else None  # the oldest one: the first to revert
+
+    def _dirty_among(self, paths: list[str]) -> list[str]:
+        """Paths whose index or working copy differs from HEAD, or untracked files in their place."""
+        changed = self.git.diff("--name-only", "HEAD", "--", *paths).split("\n")
+        untracked = self.git.ls_files("--others", "--exclude-standard", "--", *paths).split("\n")
+        return sorted({p for p in changed + untracked if p})
+
+    def _tree_reverting(self, parent: str, paths: list[str]) -> str:
+        """HEAD's tree with paths as they were in parent (absent there: removed)."""
+        with tempfile.TemporaryDirectory(prefix="kernelsmith-index-") as tmp:
+            env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+            self.git.read_tree("HEAD", env=env)
+            self.git.reset("-q", parent, "--", *paths, env=env)
+            return self.git.write_tree(env=env)
+
+    def _checkout_paths(self, paths: list[str]) -> None:
+        """Make the working copies of paths match HEAD (they were clean, so nothing is lost)."""
+        tracked = set(self.git.ls_tree("-r", "--name-only", "HEAD", "--", *paths).split("\n")) - {""}
+        if tracked:
+            self.git.checkout("HEAD", "--", *sorted(tracked))
+        for path in set(paths) - tracked:
+            (self.root / path).unlink(missing_ok=True)
+
+    def restore_attempt(self, rev: str) -> list[str]:
+        """Write an attempt snapshot's model_new.py, kernels/ and notes into the working files;
+        HEAD, the branch and the index stay as they are. Kernel files the snapshot lacks are
+        removed. Returns the paths written or removed."""
+        sha = self.resolve(rev)
+        snapshot = set(self.git.ls_tree("-r", "--name-only", sha, "--", *self._kernel_roots(sha)).split("\n")) - {""}
+        present = self._working_kernel_files()
+        with tempfile.TemporaryDirectory(prefix="kernelsmith-index-") as tmp:
+            env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+            self.git.read_tree(sha, env=env)
+            if snapshot:
+                self.git.checkout_index("-f", "--", *sorted(snapshot), env=env)
+        for path in present - snapshot:
+            (self.root / path).unlink()
+        return sorted(snapshot | present)
+
+    def _kernel_roots(self, sha: str) -> list[str]:
+        tree = self.repo.commit(sha).tree
+        return [p for p in KERNEL_PATHS + NOTES_FILES if _in_tree(tree, p)]
+
+    def _working_kernel_files(self) -> set[str]:
+        """Kernel files in the working tree now that git does not ignore (build output stays)."""
+        found = {p for p in KERNEL_PATHS + NOTES_FILES if (self.root / p).is_file()}
+        kernels = self.root / "kernels"
+        if kernels.is_dir():
+            found |= {str(p.relative_to(self.root)) for p in kernels.rglob("*") if p.is_file()}
+        ignored = self._ignored(sorted(found))
+        return found - ignored
+
+    def _ignored(self, paths: list[str]) -> set[str]:
+        if not paths:
+            return set()
+        try:
+            return set(self.git.check_ignore("--", *paths).split("\n")) - {""}
+        except git.GitCommandError:  # exit 1: none ignored
+            return set()
+
+    def _is_ancestor(self, sha: str, head: str) -> bool:
+        try:
+            self.git.merge_base("--is-ancestor", sha, head)
+            return True
+        except git.GitCommandError:
+            return False
+
     def _has_head(self) -> bool:
         try:
             self.head_sha()
             return True
         except BadInput:
             return False
+
+
+def kernel_row(commit: dict) -> dict:
+    """The fields a reviewer wants from a kernel commit's trailers, typed (None when absent)."""
+    trailers = {key.lower(): value for key, value in commit["trailers"].items()}
+    return {"sha": commit["sha"], "summary": commit["summary"], "session": _session_of(commit["trailers"]),
+            "turn": _number(trailers.get("turn"), int), "reward": _number(trailers.get("reward"), float),
+            "speedup_vs_eager": _number(trailers.get("speedup-vs-eager", "").rstrip("x"), float),
+            "speedup_vs_compile": _number(trailers.get("speedup-vs-compile", "").rstrip("x"), float),
+            "reverts": trailers.get(TRAILER_REVERTS.lower())}
+
+
+def _number(text: str | None, kind):
+    try:
+        return kind(text)
+    except (TypeError, ValueError):  # "n/a", missing, or someone's hand-written trailer
+        return None
 
 
 def _in_tree(tree, path: str) -> bool:
