@@ -444,6 +444,24 @@ def revert(rev: str = typer.Argument(..., help="a kernel commit (sha or prefix, 
     console.print(f"[green]reverted[/] as {sha[:8]}: {repo.commit_info(sha)['summary']}")
 
 
+@app.command()
+def export(workdir: Optional[Path] = typer.Argument(None, help="workdir (default: .)"),
+           out: Path = typer.Option(..., "--out", "-o", help="folder to write the package into"),
+           rev: Optional[str] = typer.Option(None, "--rev", help="commit to export (default: the accepted one)"),
+           name: Optional[str] = typer.Option(None, "--name", help="package name (default: <task>_kernel)"),
+           as_json: bool = JsonOpt) -> None:
+    """Package the accepted kernel as an importable Python package (a torch.library custom op)."""
+    from kernelsmith.console import console
+    from kernelsmith.export import export_kernel
+
+    done = export_kernel((workdir or Path.cwd()).resolve(), out.resolve(), rev, name)
+    if as_json:
+        print(json.dumps(done))
+        return
+    console.print(f"[green]exported[/] {done['commit'][:8]} of {done['task']} to {done['path']}")
+    console.print(f"use: sys.path.insert(0, {str(Path(done['path']).parent)!r}); import {done['package']}")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Console entry point: typed errors become one line and an exit code."""
     from kernelsmith.console import err_console

@@ -260,13 +260,17 @@ class KernelRepo:
             raise BadInput(f"{rev!r} is not a commit in {self.root}", "`kernelsmith log` lists the kernel commits") from None
 
     def commit_info(self, rev: str) -> dict:
-        """{"sha", "summary", "trailers", "time", "parents"} of one commit."""
+        """{"sha", "summary", "body" (without the trailers), "trailers", "time", "parents"} of one commit."""
         sha = self.resolve(rev)
-        fields = _US.join(["%H", "%s", "%ct", "%P", "%(trailers:only,unfold)"])
+        fields = _US.join(["%H", "%s", "%ct", "%P", "%b", "%(trailers:only,unfold)"])
         out = self.git.show("-s", f"--format={fields}", sha, "--")
-        sha, summary, time, parents, trailer_text = out.split(_US, 4)
-        return {"sha": sha, "summary": summary, "time": int(time), "parents": parents.split(),
-                "trailers": parse_trailers(trailer_text)}
+        sha, summary, time, parents, body, trailer_text = out.split(_US, 5)
+        trailers = parse_trailers(trailer_text)
+        paragraphs = body.strip().split("\n\n")
+        if trailers and paragraphs and set(parse_trailers(paragraphs[-1])) == set(trailers):
+            paragraphs.pop()  # the trailer block: already in trailers
+        return {"sha": sha, "summary": summary, "body": "\n\n".join(paragraphs).strip(), "time": int(time),
+                "parents": parents.split(), "trailers": trailers}
 
     def accepted(self) -> str | None:
         """The sha that refs/kernelsmith/accepted names, or None when nothing was accepted."""
