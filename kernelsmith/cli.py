@@ -462,6 +462,18 @@ def export(workdir: Optional[Path] = typer.Argument(None, help="workdir (default
     console.print(f"use: sys.path.insert(0, {str(Path(done['path']).parent)!r}); import {done['package']}")
 
 
+@app.command()
+def review(target: Optional[Path] = typer.Argument(None, help="workdir, session folder or events.jsonl (default: .)"),
+           session: Optional[str] = typer.Option(None, "--session", "-s", help="session id or prefix to open")) -> None:
+    """Review sessions in a terminal UI: timeline, commits, diffs, logs; accept, revert, export."""
+    from kernelsmith.gitops import KernelRepo
+    from kernelsmith.tui import create_app
+
+    review_app = create_app(target, session)
+    KernelRepo(review_app.workdir)  # not a git repository: the one-line error before the screen clears
+    review_app.run()
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Console entry point: typed errors become one line and an exit code."""
     from kernelsmith.console import err_console
