@@ -104,6 +104,7 @@ class ReviewApp(App):
         self.show_session(chosen[0] if chosen else None)
         self.follow = bool(self.session and self.session.state.end is None)
         self.set_interval(self.poll_s, self.poll)
+        self.table("timeline").focus()
 
     def _columns(self) -> None:
         columns = {"sessions": ("session", "task", "turns", "best", "cost", "status"),
@@ -206,6 +207,11 @@ class ReviewApp(App):
         self.query_one("#tabs", TabbedContent).active = name
         if name != "chart":
             self.table(name).focus()
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """A tab clicked with the mouse: its table takes the keys, as with 1-5."""
+        if event.pane.id != "chart":
+            self.table(event.pane.id).focus()
 
     @property
     def active_tab(self) -> str:
