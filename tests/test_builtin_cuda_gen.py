@@ -1,5 +1,6 @@
 """The built-in policy's CUDA generator: hand-built groups -> .cu + binding text, and every
-generated .cu compiles with nvcc (compile only: no GPU, no cuBLAS headers needed in CI).
+generated .cu compiles with nvcc (compile only: no GPU; the cuBLAS and cuDNN files only where
+their headers are installed).
 
 CASES is shared with tests/gpu/test_builtin_cuda_gpu.py, which runs the kernels against torch.
 """
@@ -19,7 +20,7 @@ from typing import Callable
 import pytest
 
 from kernelsmith.builtin import cuda_gen
-from kernelsmith.builtin.ir import GemmGroup, Group, Op, PointwiseGroup, ReductionGroup, Value
+from kernelsmith.builtin.ir import ConvGroup, GemmGroup, Group, Op, PointwiseGroup, ReductionGroup, Value
 
 TORCH_HEADER = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10)/', re.MULTILINE)
 
@@ -186,9 +187,52 @@ def mm_case() -> Case:
     return Case(group, _values(a, b, y), lambda torch, t: [t["a"] @ t["b"]], atol=1e-4, rtol=1e-3, tags={"gemm"})
 
 
+def conv2d_case() -> Case:
+    """relu(conv2d(x, w) + bias): 2 groups, stride (2, 1), padding (1, 0), dilation (1, 2)."""
+    x, w, bias = _v("x", (2, 4, 9, 11)), _v("w", (6, 2, 3, 2)), _v("bias", (6, 1, 1))
+    conv, biased, y = _v("conv", (2, 6, 5, 9)), _v("biased", (2, 6, 5, 9)), _v("y", (2, 6, 5, 9))
+    group = ConvGroup("k14_conv2d", [x, w, bias], [y], x="x", w="w", stride=(2, 1), padding=(1, 0), dilation=(1, 2),
+                      output_padding=(0, 0), groups=2, result="conv", in_shape=x.shape, w_shape=w.shape,
+                      out_shape=y.shape, epilogue=[Op("add", ["conv", "bias"], "biased", {"alpha": 1.0}),
+                                                   Op("relu", ["biased"], "y")])
+
+    def ref(torch, t):
+        out = torch.nn.functional.conv2d(t["x"], t["w"], stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)
+        return [torch.relu(out + t["bias"])]
+    return Case(group, _values(x, w, bias, conv, biased, y), ref, atol=1e-4, tags={"conv"})
+
+
+def conv_transpose1d_case() -> Case:
+    """conv_transpose1d alone (cuDNN's backward-data pass, no epilogue kernel): stride 2,
+    padding 1, output_padding 1."""
+    x, w, y = _v("x", (2, 4, 9)), _v("w", (4, 3, 3)), _v("y", (2, 3, 18))
+    group = ConvGroup("k15_convt1d", [x, w], [y], x="x", w="w", stride=(2,), padding=(1,), dilation=(1,),
+                      output_padding=(1,), transposed=True, result="y", in_shape=x.shape, w_shape=w.shape,
+                      out_shape=y.shape)
+
+    def ref(torch, t):
+        return [torch.nn.functional.conv_transpose1d(t["x"], t["w"], stride=2, padding=1, output_padding=1)]
+    return Case(group, _values(x, w, y), ref, atol=1e-4, tags={"conv"})
+
+
+def depthwise_conv3d_case() -> Case:
+    """A depthwise conv3d (groups = channels) kept as an output, and 2x it as a second one."""
+    x, w = _v("x", (1, 3, 4, 5, 6)), _v("w", (3, 1, 3, 3, 3))
+    conv, y = _v("conv", (1, 3, 4, 5, 6)), _v("y", (1, 3, 4, 5, 6))
+    group = ConvGroup("k16_dwconv3d", [x, w], [conv, y], x="x", w="w", stride=(1, 1, 1), padding=(1, 1, 1),
+                      dilation=(1, 1, 1), output_padding=(0, 0, 0), groups=3, result="conv", in_shape=x.shape,
+                      w_shape=w.shape, out_shape=y.shape, epilogue=[Op("mul", ["conv", 2.0], "y")])
+
+    def ref(torch, t):
+        out = torch.nn.functional.conv3d(t["x"], t["w"], padding=1, groups=3)
+        return [out, out * 2.0]
+    return Case(group, _values(x, w, conv, y), ref, atol=1e-4, tags={"conv"})
+
+
 CASES = {f.__name__.removesuffix("_case"): f for f in (
     pointwise_case, softmax_case, rmsnorm_case, column_sum_case, argmax_case, gemm_case, log_softmax_case,
-    column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case)}
+    column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case,
+    conv2d_case, conv_transpose1d_case, depthwise_conv3d_case)}
 
 
 def generate_all() -> dict[str, cuda_gen.Generated]:
@@ -212,13 +256,21 @@ def _cuda_include(nvcc: str) -> Path | None:
     return next((home / "include" for home in homes if (home / "include" / "cuda_runtime.h").is_file()), None)
 
 
-def _cublas_include(nvcc: str) -> Path | None:
-    """A folder holding cublas_v2.h: the toolkit's, or the nvidia-cublas wheel's."""
-    candidates = [folder for folder in (_cuda_include(nvcc), Path("/usr/include")) if folder]
+LIBRARY_HEADERS = {"cublas": "cublas_v2.h", "cudnn": "cudnn.h"}
+
+
+def _library_include(nvcc: str, library: str) -> Path | None:
+    """A folder holding the library's header: the toolkit's, the system's, the nvidia wheel's,
+    or $<LIBRARY>_INCLUDE_DIR (e.g. CUDNN_INCLUDE_DIR, for headers unpacked by hand)."""
+    header = LIBRARY_HEADERS[library]
+    candidates = [folder for folder in (_cuda_include(nvcc), Path("/usr/include"),
+                                        Path("/usr/include/x86_64-linux-gnu")) if folder]
+    candidates += [Path(os.environ[f"{library.upper()}_INCLUDE_DIR"])] if f"{library.upper()}_INCLUDE_DIR" in \
+        os.environ else []
     spec = importlib.util.find_spec("nvidia")
     for root in (spec.submodule_search_locations or []) if spec else []:
-        candidates += [Path(root) / "cu13" / "include", Path(root) / "cublas" / "include"]
-    return next((folder for folder in candidates if (folder / "cublas_v2.h").is_file()), None)
+        candidates += [Path(root) / "cu13" / "include", Path(root) / library / "include"]
+    return next((folder for folder in candidates if (folder / header).is_file()), None)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -278,15 +330,16 @@ def test_out_of_scope_groups_raise_value_error():
         cuda_gen.generate(arg.group, arg.values)
 
 
-def _write_sources(folder: Path) -> tuple[list[str], list[str]]:
-    """Write every case's files; return the .cu names without and with cuBLAS."""
-    plain, cublas = [], []
+def _write_sources(folder: Path) -> tuple[list[str], dict[str, list[str]]]:
+    """Write every case's files; return the plain .cu names, and those of each library."""
+    plain, by_library = [], {library: [] for library in LIBRARY_HEADERS}
     for made in generate_all().values():
         for file, text in made.files.items():
             (folder / file).write_text(text)
             if file.endswith(".cu"):
-                (cublas if "cublas_v2.h" in text else plain).append(file)
-    return sorted(plain), sorted(cublas)
+                users = [lib for lib, header in LIBRARY_HEADERS.items() if f"<{header}>" in text]
+                (by_library[users[0]] if users else plain).append(file)
+    return sorted(plain), {lib: sorted(files) for lib, files in by_library.items()}
 
 
 @pytest.mark.slow_build
@@ -301,15 +354,36 @@ def test_generated_kernels_compile(tmp_path, half):
 
 
 @pytest.mark.slow_build
-def test_generated_cublas_files_compile(tmp_path):
+@pytest.mark.parametrize("library", list(LIBRARY_HEADERS))
+def test_generated_library_files_compile(tmp_path, library):
     nvcc = _nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found")
-    _, cublas = _write_sources(tmp_path)
-    include = _cublas_include(nvcc)
+    _, by_library = _write_sources(tmp_path)
+    assert by_library[library], f"no generated file uses {library}"
+    include = _library_include(nvcc, library)
     if include is None:
-        pytest.skip(f"no cublas_v2.h here: {', '.join(cublas)} compile in the GPU test")
-    _compile(nvcc, cublas, tmp_path, ["-I", str(include)])
+        pytest.skip(f"no {LIBRARY_HEADERS[library]} here: {', '.join(by_library[library])} compile in the GPU test")
+    _compile(nvcc, by_library[library], tmp_path, ["-I", str(include)])
+
+
+def test_convolution_uses_cudnn_in_true_fp32_in_its_own_file():
+    made = cuda_gen.generate(conv2d_case().group, conv2d_case().values)
+    cudnn = made.files["k14_conv2d_conv.cu"]
+    assert "#include <cudnn.h>" in cudnn and "CUDNN_FMA_MATH" in cudnn and "TENSOR_OP" not in cudnn
+    assert "cudnnSetConvolutionGroupCount(c.conv, 2)" in cudnn and "cudnnConvolutionForward(" in cudnn
+    assert "cudnn" not in made.files["k14_conv2d.cu"].lower().replace("k14_conv2d_conv.cu", "")
+    binding = made.files["k14_conv2d_binding.cpp"]
+    assert "k14_conv2d_conv_workspace((int)config, &workspace_bytes)" in binding and "torch::kUInt8" in binding
+    assert len(made.variants) == 4  # the first four algorithms of cuDNN's heuristic
+
+
+def test_transposed_convolution_is_cudnns_backward_data_pass_over_a_lifted_1d():
+    made = cuda_gen.generate(conv_transpose1d_case().group, conv_transpose1d_case().values)
+    cudnn = made.files["k15_convt1d_conv.cu"]
+    assert "cudnnConvolutionBackwardData(" in cudnn and "cudnnConvolutionForward(" not in cudnn
+    assert "x_dims[] = {2, 4, 1, 9}, y_dims[] = {2, 3, 1, 18}, w_dims[] = {4, 3, 1, 3}" in cudnn
+    assert "_epilogue" not in made.files["k15_convt1d.cu"]  # cuDNN writes the output: nothing to fuse
 
 
 # Stand-ins for headers a CPU-only torch lacks (CUDAContext.h pulls cuSPARSE/cuBLAS/cuSOLVER in):

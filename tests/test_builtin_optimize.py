@@ -33,6 +33,7 @@ def events_of(workdir: Path) -> list[dict]:
     ("pointwise.py", "4", "k0_pointwise"),  # plan, profile, one other variant, finish
     ("reduction.py", "3", "k0_reduction"),  # plan, profile, finish
     ("matmul_epilogue.py", "3", "k0_gemm"),
+    ("conv_relu.py", "3", "k0_conv"),
 ])
 def test_optimize_with_no_api_key_commits_a_verified_generated_kernel(tmp_path, task, max_turns, kernel):
     workdir = tmp_path / "wd"
@@ -59,10 +60,10 @@ def test_optimize_with_no_api_key_commits_a_verified_generated_kernel(tmp_path, 
 
 
 def test_an_unsupported_task_is_reported_and_nothing_is_committed(tmp_path):
-    task = tmp_path / "conv.py"
+    task = tmp_path / "pool.py"
     task.write_text("import torch\nimport torch.nn as nn\n\n"
                     "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-                    "        self.conv = nn.Conv2d(3, 8, 3)\n\n    def forward(self, x):\n        return self.conv(x)\n\n"
+                    "        self.pool = nn.AvgPool2d(2)\n\n    def forward(self, x):\n        return self.pool(x)\n\n"
                     "def get_inputs():\n    return [torch.randn(2, 3, 16, 16)]\n\n"
                     "def get_init_inputs():\n    return []\n")
     workdir = tmp_path / "wd"
@@ -70,6 +71,6 @@ def test_an_unsupported_task_is_reported_and_nothing_is_committed(tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]
     events = events_of(workdir)
     finish = [e for e in events if e["kind"] == "model_turn"][-1]["message"]
-    assert "convolution" in finish["content"] and "not supported" in finish["content"]
+    assert "avg_pool2d" in finish["content"] and "not supported" in finish["content"]
     assert not KernelRepo(workdir).kernel_commits()
     assert not [e for e in events if e["kind"] == "eval_result"]  # nothing was faked or run

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kernelsmith.builtin.graph import capture
-from kernelsmith.builtin.ir import GemmGroup, PointwiseGroup, ReductionGroup, ViewStep
+from kernelsmith.builtin.ir import ConvGroup, GemmGroup, PointwiseGroup, ReductionGroup, ViewStep
 from kernelsmith.builtin.partition import plan
 
 
@@ -85,7 +85,7 @@ def test_views_between_kernels_run_in_python(tmp_path):
 
 
 @pytest.mark.parametrize("init, forward, inputs, why", [
-    ("self.conv = nn.Conv2d(3, 4, 3)", "return self.conv(x)", "[torch.randn(1, 3, 8, 8)]", "convolution"),
+    ("self.pool = nn.MaxPool2d(2)", "return self.pool(x)", "[torch.randn(1, 3, 8, 8)]", "max_pool2d"),
     ("", "return x.sum(dim=(0, 2))", "[torch.randn(4, 5, 6)]", "non-adjacent dims"),
     ("", "return x.half() * 2", "[torch.randn(4, 5)]", "_to_copy"),
 ])
@@ -118,3 +118,66 @@ def test_a_non_tensor_input_is_a_clear_capture_error(tmp_path):
 
     with pytest.raises(CaptureError, match="non-tensor inputs"):
         plan_of(tmp_path, "", "return x * 2", "[torch.randn(4), 3.0]")
+
+
+def test_a_convolution_takes_its_bias_and_the_pointwise_work_after_it(tmp_path):
+    p = plan_of(tmp_path, "self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1, groups=1)",
+                "return torch.relu(self.conv(x)) * 0.5", "[torch.randn(2, 3, 16, 16)]")
+    (conv,) = p.groups()
+    assert isinstance(conv, ConvGroup) and not conv.transposed
+    assert (conv.stride, conv.padding, conv.dilation, conv.groups) == ((2, 2), (1, 1), (1, 1), 1)
+    assert conv.out_shape == (2, 8, 8, 8) and conv.w_shape == (8, 3, 3, 3)
+    assert names(conv.epilogue) == ["add", "relu", "mul"]  # the bias first, as a [8, 1, 1] view
+    assert [v.source for v in conv.inputs][:2] == ["x0", "self.conv.weight"]
+    assert [v.expr for v in p.prelude] == ["{x}.view(8, 1, 1)"]
+    assert [o.name for o in conv.outputs] == p.outputs
+
+
+def test_a_transposed_convolution_feeding_a_reduction_is_two_kernels(tmp_path):
+    p = plan_of(tmp_path, "self.up = nn.ConvTranspose1d(4, 6, 3, stride=2, output_padding=1, bias=False)",
+                "return torch.softmax(self.up(x), dim=1)", "[torch.randn(2, 4, 9)]")
+    conv, softmax = p.groups()
+    assert isinstance(conv, ConvGroup) and conv.transposed and conv.output_padding == (1,)
+    assert conv.out_shape == (2, 6, 20) and not conv.epilogue
+    assert isinstance(softmax, ReductionGroup) and softmax.inputs[0].name == conv.outputs[0].name
+
+
+def test_batch_norm_running_statistics_are_not_outputs(tmp_path):
+    """In training mode export also returns the running-statistic updates; forward does not."""
+    from kernelsmith.builtin.graph import capture
+
+    path = tmp_path / "bn.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                    "    def __init__(self):\n        super().__init__()\n        self.bn = nn.BatchNorm1d(8)\n\n"
+                    "    def forward(self, x):\n        return self.bn(x) * 2\n\n"
+                    "def get_inputs():\n    return [torch.randn(4, 8)]\n\ndef get_init_inputs():\n    return []\n")
+    graph = capture(path)
+    assert len(graph.outputs) == 1 and not graph.returns_tuple
+    assert all(node.dtype != "int64" for node in graph.nodes)  # num_batches_tracked += 1 is gone
+
+
+@pytest.mark.parametrize("module, shape", [
+    ("nn.BatchNorm2d(8)", (4, 8, 6, 5)), ("nn.BatchNorm1d(16)", (32, 16)), ("nn.GroupNorm(4, 8)", (2, 8, 5, 6)),
+    ("nn.InstanceNorm2d(8)", (2, 8, 7, 6)),
+])
+def test_training_mode_normalisations_decompose_exactly_into_means(module, shape):
+    """Batch, group and instance norm become means the partitioner plans (the batch statistics
+    in two steps, spatial then batch); the decomposed program computes what the module does."""
+    import torch
+    from torch import nn
+
+    from kernelsmith.builtin.graph import _decompositions
+
+    model = eval(module, {"nn": nn})
+    x = torch.randn(*shape) * 3 + 1
+    program = torch.export.export(model, (x,)).run_decompositions(_decompositions())
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert not any("norm" in t for t in targets), targets
+    torch.testing.assert_close(program.module()(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_in_training_is_planned_as_reductions_and_a_pointwise_kernel(tmp_path):
+    p = plan_of(tmp_path, "self.bn = nn.BatchNorm2d(8)", "return self.bn(x) * 2", "[torch.randn(4, 8, 6, 5)]")
+    assert not p.unsupported
+    kinds = [g.kind for g in p.groups()]
+    assert kinds.count("reduction") == 4 and kinds[-1] == "pointwise"  # mean, var: spatial then batch each

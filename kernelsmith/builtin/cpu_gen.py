@@ -10,7 +10,7 @@ from kernelsmith.builtin import ops
 from math import prod
 
 from kernelsmith.builtin.access import Access, access_for, broadcastable
-from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, GemmGroup, Generated, Group, PointwiseGroup,
+from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
                                     ReductionGroup, Value)
 
 SCHEDULES = [("omp static", "#pragma omp parallel for schedule(static)"),
@@ -25,6 +25,8 @@ def generate(group: Group, values: dict[str, Value]) -> Generated:
         body = _reduction(group, values)
     elif isinstance(group, GemmGroup):
         body = _gemm(group, values)
+    elif isinstance(group, ConvGroup):
+        body = _conv(group, values)
     else:
         raise ValueError(f"no CPU generator for {group.kind}")
     source = "\n".join([HEADER, body, _binding(group, values)])
@@ -225,6 +227,74 @@ def _gemm(group: GemmGroup, values) -> str:
     return _variants(group.name, _params(group), _call_args(group), loop)
 
 
+# --- convolution ---------------------------------------------------------------------------
+
+def _conv(group: ConvGroup, values) -> str:
+    """Direct convolution, one output element per step (a gather, also for the transposed
+    case), with the epilogue applied before the store."""
+    index = {v.name: i for i, v in enumerate(group.inputs)}
+    geometry = _conv_geometry(group)
+    names = {group.result: "acc"}
+    others = [v.name for v in group.inputs if v.name not in (group.x, group.w)]
+    epilogue = _loads(group, values, group.out_shape, "flat", names, only=others) + ops.body_lines(group.epilogue, names)
+    stores = [f"    out{j}[flat] = {names[o.name]};" for j, o in enumerate(group.outputs)]
+    body = _conv_sum(group, geometry, f"in{index[group.x]}", f"in{index[group.w]}") + epilogue + stores
+    k, out = group.out_shape[1], geometry["out"]
+
+    def loop(pragma):
+        return (f"  {pragma}\n  for (int64_t flat = 0; flat < {prod(group.out_shape)}LL; ++flat) {{\n"
+                f"    const int64_t o2 = flat % {out[2]}, o1 = flat / {out[2]} % {out[1]}, "
+                f"o0 = flat / {out[2] * out[1]} % {out[0]};\n"
+                f"    const int64_t k = flat / {prod(out)} % {k}, n = flat / {prod(out) * k};\n"
+                + "\n".join(body) + "\n  }")
+    return _variants(group.name, _params(group), _call_args(group), loop)
+
+
+def _conv_geometry(group: ConvGroup) -> dict[str, tuple[int, ...]]:
+    """Sizes per spatial dim, padded in front to three dims (a missing dim has size 1)."""
+    pad = 3 - group.spatial
+
+    def three(values, fill):
+        return (fill,) * pad + tuple(int(v) for v in values)
+    return {"in": three(group.in_shape[2:], 1), "out": three(group.out_shape[2:], 1),
+            "kernel": three(group.w_shape[2:], 1), "stride": three(group.stride, 1),
+            "padding": three(group.padding, 0), "dilation": three(group.dilation, 1)}
+
+
+def _conv_sum(group: ConvGroup, g: dict, x: str, w: str) -> list[str]:
+    """acc = the sum over the channels of the output's group and the kernel window."""
+    i, kern, (c_in, c_w) = g["in"], g["kernel"], (group.in_shape[1], group.w_shape[1])
+    k_out = group.out_shape[1]
+    per_group_in = c_in // group.groups
+    if group.transposed:  # w is [c_in, k_out / groups, ...]: input channel c reaches k
+        channel = f"const int64_t c = (k / {c_w}) * {per_group_in} + cc;"
+        w_at = f"{w}[((c * {c_w} + k % {c_w}) * {kern[0]} + q0) * {kern[1] * kern[2]} + q1 * {kern[2]} + q2]"
+    else:  # w is [k_out, c_in / groups, ...]
+        channel = f"const int64_t c = (k / {k_out // group.groups}) * {c_w} + cc;"
+        w_at = f"{w}[((k * {c_w} + cc) * {kern[0]} + q0) * {kern[1] * kern[2]} + q1 * {kern[2]} + q2]"
+    lines = ["    float acc = 0.0f;", f"    for (int64_t cc = 0; cc < {per_group_in}; ++cc) {{", f"      {channel}"]
+    depth = 6
+    for d in range(3):
+        lines.append(" " * depth + f"for (int64_t q{d} = 0; q{d} < {kern[d]}; ++q{d}) {{")
+        lines += [" " * (depth + 2) + line for line in _conv_tap(group, g, d)]
+        depth += 2
+    x_at = f"{x}[((n * {c_in} + c) * {i[0]} + i0) * {i[1] * i[2]} + i1 * {i[2]} + i2]"
+    lines.append(" " * depth + f"acc += {x_at} * {w_at};")
+    lines += [" " * d + "}" for d in range(depth - 2, 2, -2)]
+    return lines
+
+
+def _conv_tap(group: ConvGroup, g: dict, d: int) -> list[str]:
+    """The input position along spatial dim d for kernel tap q<d>, skipping taps outside."""
+    s, p, dil, size = g["stride"][d], g["padding"][d], g["dilation"][d], g["in"][d]
+    if group.transposed:  # out = in * s - p + q * dil  =>  in = (out + p - q * dil) / s when it divides
+        return [f"const int64_t t{d} = o{d} + {p} - q{d} * {dil};",
+                f"if (t{d} < 0 || t{d} % {s} != 0 || t{d} / {s} >= {size}) continue;",
+                f"const int64_t i{d} = t{d} / {s};"]
+    return [f"const int64_t i{d} = o{d} * {s} - {p} + q{d} * {dil};",
+            f"if (i{d} < 0 || i{d} >= {size}) continue;"]
+
+
 # --- binding -------------------------------------------------------------------------------
 
 def _binding(group: Group, values) -> str:
@@ -254,6 +324,8 @@ def _space(group: Group):
         return lambda v: group.shape
     if isinstance(group, GemmGroup):
         return lambda v: None if v.name in (group.a, group.b, group.bias) else group.out_shape
+    if isinstance(group, ConvGroup):
+        return lambda v: None if v.name in (group.x, group.w) else group.out_shape
     return lambda v: group.in_shape if _broadcasts(v, group.in_shape) else group.result_shape
 
 

@@ -49,7 +49,7 @@ def build_plan(model_path: Path, device: str, precision: str) -> Built:
     plan = partition(graph)
     if plan.unsupported:
         return Built(plan, unsupported=plan.unsupported)
-    built, generate, values = Built(plan), generator(device), graph.values()
+    built, generate, values = Built(plan), generator(device), plan.values
     for group in plan.groups():
         try:
             made = generate(group, values)

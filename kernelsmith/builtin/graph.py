@@ -81,7 +81,58 @@ def _decompositions() -> dict:
     for op in list(table):
         if str(op).removeprefix("aten.").split(".")[0] in KEPT_WHOLE:
             del table[op]
+    aten = torch.ops.aten
+    table[aten._native_batch_norm_legit_functional.default] = _batch_norm_training
+    table[aten._native_batch_norm_legit.no_stats] = _batch_norm_no_stats
+    table[aten.native_group_norm.default] = _group_norm
     return table
+
+
+# Normalisations in training mode as means the partitioner knows. Statistics over the batch
+# and spatial dims (0, 2, 3, ...) are not one adjacent range, so they are taken in two steps:
+# over the spatial dims, then over the batch (equal counts: the mean of means is the mean).
+
+def _channel_mean(t):
+    spatial = list(range(2, t.dim()))
+    return (t.mean(spatial, keepdim=True) if spatial else t).mean(0, keepdim=True)
+
+
+def _normalize(x, mean_of, eps):
+    """(x - mean) * rsqrt(biased var + eps), with the mean and rstd, all by mean_of's grouping."""
+    mean = mean_of(x)
+    centered = x - mean
+    var = mean_of(centered * centered)
+    rstd = torch.rsqrt(var + eps)
+    return centered * rstd, mean, var, rstd
+
+
+def _channels(param, like):
+    return param.view([1, -1] + [1] * (like.dim() - 2))
+
+
+def _affine(y, weight, bias):
+    y = y * _channels(weight, y) if weight is not None else y
+    return y + _channels(bias, y) if bias is not None else y
+
+
+def _batch_norm_training(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    y, mean, var, rstd = _normalize(x, _channel_mean, eps)
+    count = x.numel() // x.shape[1]
+    mean, var, rstd = mean.view(-1), var.view(-1), rstd.view(-1)
+    new_mean = running_mean * (1 - momentum) + mean * momentum  # (buffer updates: dropped later)
+    new_var = running_var * (1 - momentum) + var * (count / max(count - 1, 1)) * momentum
+    return _affine(y, weight, bias), mean, rstd, new_mean, new_var
+
+
+def _batch_norm_no_stats(x, weight, bias, training, momentum, eps):
+    y, mean, _var, rstd = _normalize(x, _channel_mean, eps)
+    return _affine(y, weight, bias), mean.view(-1), rstd.view(-1)
+
+
+def _group_norm(x, weight, bias, n, channels, hw, groups, eps):
+    grouped = x.view(n, groups, -1)
+    y, mean, _var, rstd = _normalize(grouped, lambda t: t.mean(2, keepdim=True), eps)
+    return _affine(y.view(x.shape), weight, bias), mean.view(n, groups), rstd.view(n, groups)
 
 
 def c_name(name: str) -> str:
@@ -106,14 +157,31 @@ def _graph_of(program, n_inputs: int) -> Graph:
                 inputs.append(_value_of(node, f"x{len(inputs)}"))
         elif node.op == "call_function" and (node.users or node.meta.get("val") is not None):
             nodes.append(_node_of(node))  # (nodes with no value and no users are run-time asserts)
-        elif node.op == "output":
-            outputs = [c_name(a.name) for a in node.args[0]]
     if len(inputs) != n_inputs:
         raise CaptureError(f"the graph has {len(inputs)} tensor inputs, get_inputs() gives {n_inputs} "
                            "(non-tensor inputs are not supported yet)")
-    graph = Graph(inputs, params, nodes, outputs, returns_tuple=_returns_tuple(program))
+    outputs = _user_outputs(program)
+    graph = Graph(inputs, params, _live(nodes, outputs), outputs, returns_tuple=_returns_tuple(program))
     graph.consumers = _consumers(graph)
     return graph
+
+
+def _user_outputs(program) -> list[str]:
+    """What forward returns. Buffer updates (batch norm's running statistics in training mode)
+    are left out: the harness compares forward's outputs, and ModelNew does not update them."""
+    from torch.export.graph_signature import OutputKind
+
+    return [c_name(spec.arg.name) for spec in program.graph_signature.output_specs
+            if spec.kind == OutputKind.USER_OUTPUT]
+
+
+def _live(nodes: list[Node], outputs: list[str]) -> list[Node]:
+    """The nodes that some output depends on (the buffer updates' own ops drop out)."""
+    by_name, wanted = {n.name: n for n in nodes}, set(outputs)
+    for node in reversed(nodes):
+        if node.name in wanted:
+            wanted.update(_names_in(node.args) + _names_in(list(node.kwargs.values())))
+    return [n for n in nodes if n.name in wanted and n.name in by_name]
 
 
 def _returns_tuple(program) -> bool:

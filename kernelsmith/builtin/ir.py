@@ -1,4 +1,4 @@
-"""The policy's intermediate form: values, pointwise ops and the three kinds of group.
+"""The policy's intermediate form: values, pointwise ops and the four kinds of group.
 
 A group becomes one kernel with one binding, `ext.<name>(*inputs, config)`, which returns its
 outputs (one tensor, or a tuple in `outputs` order). `config` picks a launch variant at run
@@ -143,6 +143,39 @@ class GemmGroup(Group):
 
 
 @dataclass
+class ConvGroup(Group):
+    """out = convolution(x, w) over 1 to 3 spatial dims, then pointwise `epilogue` ops at out_shape.
+
+    x is [N, C, *spatial] and w, both contiguous, is [K, C / groups, *kernel] or, when transposed
+    (ConvTranspose), [C, K / groups, *kernel]. The bias, when the module has one, arrives as an
+    epilogue op (an add of a [K, 1, ...] view), so the generators see a plain convolution.
+    """
+
+    x: str = ""
+    w: str = ""
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    output_padding: tuple[int, ...] = ()
+    transposed: bool = False
+    groups: int = 1
+    result: str = ""
+    in_shape: tuple[int, ...] = ()
+    w_shape: tuple[int, ...] = ()
+    out_shape: tuple[int, ...] = ()
+    epilogue: list[Op] = field(default_factory=list)
+
+    kind = "conv"
+
+    @property
+    def spatial(self) -> int:
+        return len(self.out_shape) - 2
+
+    def ops(self) -> list[Op]:
+        return self.epilogue
+
+
+@dataclass
 class ViewStep:
     """A view taken in Python between kernels (allowed in ModelNew.forward): `out = expr`."""
 
@@ -163,6 +196,7 @@ class Plan:
     unsupported: list[str] = field(default_factory=list)  # why the plan cannot be generated
     prelude: list[ViewStep] = field(default_factory=list)  # views of inputs and parameters, taken first
     params: list[Value] = field(default_factory=list)  # parameters and buffers (source: self.<path>)
+    values: dict[str, Value] = field(default_factory=dict)  # every value by name, the partitioner's own included
 
     def groups(self) -> list[Group]:
         return [s for s in self.steps if isinstance(s, Group)]

@@ -21,6 +21,7 @@ COPIES = {"clone.default", "alias.default", "detach.default", "lift_fresh_copy.d
 VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "permute", "t", "transpose",
          "expand", "slice", "select"}
 GEMMS = {"addmm", "mm", "bmm"}
+CONVOLUTIONS = {"convolution"}
 REDUCTION_TARGETS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "argmax": "argmax",
                      "argmin": "argmin", "_softmax": "softmax", "_log_softmax": "log_softmax",
                      "logsumexp": "logsumexp", "linalg_vector_norm": "norm2"}
@@ -38,6 +39,8 @@ def kind_of(node: Node) -> str:
         return "reduction"
     if name in GEMMS:
         return "gemm"
+    if name in CONVOLUTIONS:
+        return "conv"
     if name in VIEWS:
         return "view"
     return "unsupported"

@@ -1,5 +1,6 @@
 """Partition a captured graph into kernels: pointwise chains, reductions with the pointwise
-work around them, and GEMMs with their epilogues. Views run in Python between kernels.
+work around them, and GEMMs and convolutions with their epilogues. Views run in Python
+between kernels.
 
 One pass in graph order. A pointwise node joins the most recent group when every value of
 that group it reads is inside the group and its shape fits the group (the index space of a
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from kernelsmith.builtin import lowering
 from kernelsmith.builtin.access import broadcastable
 from kernelsmith.builtin.graph import Graph, Node
-from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, GemmGroup, Group, Op, Plan, PointwiseGroup,
+from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, ConvGroup, GemmGroup, Group, Op, Plan, PointwiseGroup,
                                     ReductionGroup, Value, ViewStep)
 from kernelsmith.builtin.lowering import Unsupported
 
@@ -40,7 +41,7 @@ class Partitioner:
 
     def run(self) -> Plan:
         plan = Plan(self.graph.inputs, self.steps, self.graph.outputs, self.graph.returns_tuple,
-                    prelude=self.prelude, params=self.graph.params)
+                    prelude=self.prelude, params=self.graph.params, values=self.values)
         try:
             for node in _fold_multi_output(self.graph.nodes):
                 self.add(node)
@@ -76,7 +77,7 @@ class Partitioner:
             return False
         if isinstance(group, PointwiseGroup):
             return node.shape == group.shape
-        if isinstance(group, GemmGroup):
+        if isinstance(group, (GemmGroup, ConvGroup)):
             return node.shape == group.out_shape
         if isinstance(group, ReductionGroup):
             return self.reduction_phase(group, node, internal) is not None
@@ -168,6 +169,28 @@ class Partitioner:
         return GemmGroup(self.new_name("gemm"), [], [], a=a, b=b, bias=bias, trans_b=trans_b,
                          batch=out[0] if name == "bmm" else 1, m=out[-2], n=out[-1], k=a_shape[-1],
                          result=node.name, out_shape=out, **scale)
+
+    # --- convolutions ------------------------------------------------------------------------
+
+    def add_conv(self, node: Node) -> None:
+        x, w, bias, stride, padding, dilation, transposed, output_padding, groups = node.args
+        self.require_float(node, [a for a in (x, w, bias) if a])
+        if not (self.values[x].contiguous and self.values[w].contiguous):
+            raise Unsupported("a convolution of a non-contiguous input or weight")
+        if not 1 <= len(node.shape) - 2 <= 3:
+            raise Unsupported(f"a convolution over {len(node.shape) - 2} spatial dims")
+        result = f"{node.name}_nobias" if bias else node.name
+        self.values[result] = Value(result, node.shape)
+        group = ConvGroup(self.new_name("conv"), [], [], x=x, w=w, stride=tuple(stride), padding=tuple(padding),
+                          dilation=tuple(dilation), output_padding=tuple(output_padding), transposed=bool(transposed),
+                          groups=int(groups), result=result, in_shape=self.values[x].shape,
+                          w_shape=self.values[w].shape, out_shape=node.shape)
+        self.add_inputs(group, [x, w])
+        self.push(group, result)
+        if bias:  # the bias as the first epilogue op, so that both generators fuse it
+            channels = self.channel_view(bias, len(node.shape))
+            self.graph.consumers[result] = [node.name]
+            self.join(len(self.steps) - 1, node, Op("add", [result, channels], node.name, {"alpha": 1.0}), [channels])
 
     # --- views -----------------------------------------------------------------------------
 

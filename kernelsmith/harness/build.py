@@ -101,7 +101,23 @@ def uses_cublas(sources: list[Path]) -> bool:
     return any("cublas" in p.read_text(errors="replace") for p in sources)
 
 
-def compile_flags(device: str, fast_math: bool, cublas: bool = False) -> dict[str, list[str]]:
+def uses_cudnn(sources: list[Path]) -> bool:
+    return any("cudnn.h" in p.read_text(errors="replace") for p in sources)
+
+
+def cudnn_flags() -> tuple[list[str], list[str]]:
+    """(include flags, link flags) for cuDNN: the copy torch itself loads (the nvidia-cudnn
+    wheel) when there is one, so headers and library agree; else the system's."""
+    spec = importlib.util.find_spec("nvidia.cudnn") if importlib.util.find_spec("nvidia") else None
+    root = Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
+    if root is None or not (root / "include" / "cudnn.h").is_file():
+        return [], ["-lcudnn"]
+    lib = root / "lib"
+    library = "-lcudnn" if (lib / "libcudnn.so").exists() else "-l:libcudnn.so.9"
+    return [f"-I{root / 'include'}"], [f"-L{lib}", library, f"-Wl,-rpath,{lib}"]
+
+
+def compile_flags(device: str, fast_math: bool, cublas: bool = False, cudnn: bool = False) -> dict[str, list[str]]:
     cflags = ["-O3", "-std=c++17"]
     ldflags: list[str] = []
     cuda_flags: list[str] = []
@@ -114,6 +130,10 @@ def compile_flags(device: str, fast_math: bool, cublas: bool = False) -> dict[st
             cuda_flags.append("--use_fast_math")
         if cublas:  # linked only when a kernel uses it: not every toolkit layout has it on the path
             ldflags += ["-lcublas", "-lcublasLt"]
+        if cudnn:
+            include, link = cudnn_flags()
+            cuda_flags += include
+            ldflags += link
     if fast_math and device == "cpu":
         cflags.append("-ffast-math")
     return {"cflags": cflags, "cuda_flags": cuda_flags, "ldflags": ldflags}
@@ -170,7 +190,7 @@ def build(kernels_dir: str | Path, device: str, fast_math: bool = False,
 
 def _plan(kernels_dir: Path, device: str, fast_math: bool, build_dir, allow_torch: bool = True):
     sources = kernel_sources(kernels_dir, device)
-    flags = compile_flags(device, fast_math, cublas=uses_cublas(sources))
+    flags = compile_flags(device, fast_math, cublas=uses_cublas(sources), cudnn=uses_cudnn(sources))
     arch = cuda_arch_list(allow_torch) if device == "cuda" else ""
     name = extension_name(kernels_dir, device)
     out_dir = Path(build_dir) if build_dir else default_build_dir(kernels_dir, device)
