@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench|probe-throw
 # Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -38,10 +38,16 @@ case "$STEP" in
   builtin-gpu-tests)  # the CUDA generator's kernels built and compared with torch, every variant
     timeout 560 python3 -m pytest tests/gpu/test_builtin_cuda_gpu.py -q -rA -p no:cacheprovider 2>&1 \
       | tee "$OUT/builtin_gpu_tests.log" | tail -25 ;;
-  builtin-bench)  # the built-in policy over the 16 dev tasks it generates (more calls: --resume with the last out)
-    timeout 570 python3 -m kernelsmith.cli bench $(python3 -c "import json; print(' '.join(
-      '$KB/'+r['level']+'/'+r['task'] for r in json.load(open('bench/results/cpu-2026-11-30/builtin_coverage.json'))
-      if r['supported']))") --backend builtin --max-turns 6 --out "$OUT/builtin" 2>&1 | tail -30 ;;
+  builtin-bench)  # the built-in policy over the dev tasks it generates, level 2 first; 3 turns each (plan and
+                  # compile, profile the default variants, finish). More calls: pass the last rows.jsonl to resume.
+    mkdir -p "$OUT/builtin"
+    if [ -n "${1:-}" ]; then cp "$1" "$OUT/builtin/rows.jsonl"; RESUME=--resume; else RESUME=; fi
+    timeout ${LIMIT:-540} python3 -m kernelsmith.cli bench $(python3 -c "import json; rows = [r for r in json.load(open(
+      'bench/results/cpu-2026-11-30/builtin_coverage.json')) if r['supported']]; print(' '.join('$KB/' + r['level'] + '/'
+      + r['task'] for r in sorted(rows, key=lambda r: (r['level'] != 'level2', r['level'], r['task']))))") \
+      --backend builtin --max-turns ${TURNS:-3} --workers 2 $RESUME --out "$OUT/builtin" 2>&1 | grep -v Warning | tail -30 ;;
+  probe-throw)  # does a failing TORCH_CHECK in a CUDA extension raise, with and without cuBLAS linked?
+    for kind in plain cublas; do timeout 200 python3 bench/probes/throw_probe.py $kind 2>&1 | tail -3; echo "$kind rc=$?"; done ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)
     timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --modes default --workers 2 --deadline 480 \
       --timeout 300 --previous $R/baselines_partial.jsonl $R/baselines_run1.jsonl $R/baselines_run2.jsonl \
@@ -49,6 +55,6 @@ case "$STEP" in
   baselines-autotune)  # levels 1 and 3 with max-autotune-no-cudagraphs too (several calls; pass earlier outputs)
     timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --workers 2 --deadline 480 --timeout 300 \
       --previous $R/baselines_run1.jsonl "$@" --out "$OUT" 2>&1 | grep -v '^|' | tail -30 ;;
-  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench" >&2
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench|probe-throw" >&2
      exit 2 ;;
 esac
