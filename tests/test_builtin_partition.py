@@ -181,3 +181,21 @@ def test_batch_norm_in_training_is_planned_as_reductions_and_a_pointwise_kernel(
     assert not p.unsupported
     kinds = [g.kind for g in p.groups()]
     assert kinds.count("reduction") == 4 and kinds[-1] == "pointwise"  # mean, var: spatial then batch each
+
+
+def test_captures_on_several_threads_at_once_all_succeed(tmp_path):
+    """The bench runs sessions on threads; torch.export's tracing state is process-wide."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kernelsmith.builtin.graph import capture
+
+    paths = []
+    for i in range(4):
+        path = tmp_path / f"task{i}.py"
+        path.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                        f"    def forward(self, x):\n        return torch.relu(x) * {i + 2}.0\n\n"
+                        "def get_inputs():\n    return [torch.randn(8, 16)]\n\ndef get_init_inputs():\n    return []\n")
+        paths.append(path)
+    with ThreadPoolExecutor(4) as pool:
+        graphs = list(pool.map(capture, paths))
+    assert [g.nodes[-1].args[1] for g in graphs] == [2.0, 3.0, 4.0, 5.0]

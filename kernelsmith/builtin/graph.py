@@ -10,6 +10,7 @@ subclass of Model) reaches them as `self.<path>`.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,7 +54,18 @@ class Graph:
         return found
 
 
+# torch.export keeps its tracing mode in process-wide state: two captures at once (the bench runs
+# sessions on threads) fail with "ProxyTorchDispatchMode slot already occupied", and the task
+# module is loaded under one name. One capture at a time.
+_EXPORT_LOCK = threading.Lock()
+
+
 def capture(task_path: Path) -> Graph:
+    with _EXPORT_LOCK:
+        return _capture(task_path)
+
+
+def _capture(task_path: Path) -> Graph:
     task = loading.load_module(task_path, "ks_builtin_task")
     loading.require(task, "Model", "get_inputs", "get_init_inputs")
     with torch.device("meta"):
