@@ -20,7 +20,7 @@ from typing import Callable
 import pytest
 
 from kernelsmith.builtin import cuda_gen
-from kernelsmith.builtin.ir import ConvGroup, GemmGroup, Group, Op, PointwiseGroup, ReductionGroup, Value
+from kernelsmith.builtin.ir import ConvGroup, GemmGroup, Group, Op, PointwiseGroup, PoolGroup, ReductionGroup, Value
 
 TORCH_HEADER = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10)/', re.MULTILINE)
 
@@ -229,10 +229,35 @@ def depthwise_conv3d_case() -> Case:
     return Case(group, _values(x, w, conv, y), ref, atol=1e-4, tags={"conv"})
 
 
+def max_pool_case() -> Case:
+    """clamp(max_pool2d(x)) with padding, dilation and a partial last window (ceil_mode's shape)."""
+    x, pooled, y = _v("x", (2, 3, 11, 10)), _v("pooled", (2, 3, 5, 5)), _v("y", (2, 3, 5, 5))
+    group = PoolGroup("k17_maxpool", [x], [y], x="x", mode="max", kernel=(3, 3), stride=(2, 2), padding=(1, 1),
+                      dilation=(2, 2), result="pooled", in_shape=x.shape, out_shape=y.shape,
+                      epilogue=[Op("clamp", ["pooled"], "y", {"min": -0.5, "max": 0.5})])
+
+    def ref(torch, t):
+        out = torch.nn.functional.max_pool2d(t["x"], 3, stride=2, padding=1, dilation=2, ceil_mode=True)
+        return [out.clamp(-0.5, 0.5)]
+    return Case(group, _values(x, pooled, y), ref, tags={"pool"})
+
+
+def avg_pool3d_case() -> Case:
+    """avg_pool3d with padding, the divisor counting only the input (count_include_pad=False)."""
+    x, y = _v("x", (1, 2, 5, 4, 3)), _v("y", (1, 2, 3, 3, 2))
+    group = PoolGroup("k18_avgpool3d", [x], [y], x="x", mode="avg", kernel=(2, 2, 2), stride=(2, 2, 2),
+                      padding=(1, 1, 1), dilation=(1, 1, 1), count_include_pad=False, result="y", in_shape=x.shape,
+                      out_shape=y.shape)
+
+    def ref(torch, t):
+        return [torch.nn.functional.avg_pool3d(t["x"], 2, padding=1, count_include_pad=False)]
+    return Case(group, _values(x, y), ref, tags={"pool"})
+
+
 CASES = {f.__name__.removesuffix("_case"): f for f in (
     pointwise_case, softmax_case, rmsnorm_case, column_sum_case, argmax_case, gemm_case, log_softmax_case,
     column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case,
-    conv2d_case, conv_transpose1d_case, depthwise_conv3d_case)}
+    conv2d_case, conv_transpose1d_case, depthwise_conv3d_case, max_pool_case, avg_pool3d_case)}
 
 
 def generate_all() -> dict[str, cuda_gen.Generated]:

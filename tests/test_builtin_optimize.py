@@ -60,10 +60,10 @@ def test_optimize_with_no_api_key_commits_a_verified_generated_kernel(tmp_path, 
 
 
 def test_an_unsupported_task_is_reported_and_nothing_is_committed(tmp_path):
-    task = tmp_path / "pool.py"
+    task = tmp_path / "cumsum.py"
     task.write_text("import torch\nimport torch.nn as nn\n\n"
                     "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-                    "        self.pool = nn.AvgPool2d(2)\n\n    def forward(self, x):\n        return self.pool(x)\n\n"
+                    "        self.dim = 1\n\n    def forward(self, x):\n        return torch.cumsum(x, self.dim)\n\n"
                     "def get_inputs():\n    return [torch.randn(2, 3, 16, 16)]\n\n"
                     "def get_init_inputs():\n    return []\n")
     workdir = tmp_path / "wd"
@@ -71,6 +71,6 @@ def test_an_unsupported_task_is_reported_and_nothing_is_committed(tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]
     events = events_of(workdir)
     finish = [e for e in events if e["kind"] == "model_turn"][-1]["message"]
-    assert "avg_pool2d" in finish["content"] and "not supported" in finish["content"]
+    assert "cumsum" in finish["content"] and "not supported" in finish["content"]
     assert not KernelRepo(workdir).kernel_commits()
     assert not [e for e in events if e["kind"] == "eval_result"]  # nothing was faked or run

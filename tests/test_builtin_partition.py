@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kernelsmith.builtin.graph import capture
-from kernelsmith.builtin.ir import ConvGroup, GemmGroup, PointwiseGroup, ReductionGroup, ViewStep
+from kernelsmith.builtin.ir import ConvGroup, GemmGroup, PointwiseGroup, PoolGroup, ReductionGroup, ViewStep
 from kernelsmith.builtin.partition import plan
 
 
@@ -85,7 +85,9 @@ def test_views_between_kernels_run_in_python(tmp_path):
 
 
 @pytest.mark.parametrize("init, forward, inputs, why", [
-    ("self.pool = nn.MaxPool2d(2)", "return self.pool(x)", "[torch.randn(1, 3, 8, 8)]", "max_pool2d"),
+    ("", "return torch.cumsum(x, dim=1)", "[torch.randn(4, 8)]", "cumsum"),
+    ("self.pool = nn.MaxPool2d(2, return_indices=True)", "return self.pool(x)[1] * 1.0", "[torch.randn(1, 3, 8, 8)]",
+     "indices"),
     ("", "return x.sum(dim=(0, 2))", "[torch.randn(4, 5, 6)]", "non-adjacent dims"),
     ("", "return x.half() * 2", "[torch.randn(4, 5)]", "_to_copy"),
 ])
@@ -199,3 +201,20 @@ def test_captures_on_several_threads_at_once_all_succeed(tmp_path):
     with ThreadPoolExecutor(4) as pool:
         graphs = list(pool.map(capture, paths))
     assert [g.nodes[-1].args[1] for g in graphs] == [2.0, 3.0, 4.0, 5.0]
+
+
+def test_pooling_takes_the_pointwise_work_after_it(tmp_path):
+    p = plan_of(tmp_path, "self.pool = nn.MaxPool2d(3, stride=2, padding=1)", "return torch.clamp(self.pool(x), 0, 1)",
+                "[torch.randn(2, 4, 9, 9)]")
+    (pool,) = p.groups()
+    assert isinstance(pool, PoolGroup) and pool.mode == "max"
+    assert (pool.kernel, pool.stride, pool.padding, pool.dilation) == ((3, 3), (2, 2), (1, 1), (1, 1))
+    assert pool.out_shape == (2, 4, 5, 5) and names(pool.epilogue) == ["clamp"]
+
+
+def test_average_pooling_keeps_torchs_divisor_options(tmp_path):
+    p = plan_of(tmp_path, "self.pool = nn.AvgPool3d(2, padding=1, count_include_pad=False)", "return self.pool(x)",
+                "[torch.randn(1, 2, 4, 4, 4)]")
+    (pool,) = p.groups()
+    assert pool.mode == "avg" and not pool.count_include_pad and pool.divisor_override is None
+    assert pool.kernel == pool.stride == (2, 2, 2) and pool.padding == (1, 1, 1)

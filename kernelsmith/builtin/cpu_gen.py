@@ -5,13 +5,12 @@ shared among threads; `config` picks one at run time.
 
 from __future__ import annotations
 
-
-from kernelsmith.builtin import ops
 from math import prod
 
+from kernelsmith.builtin import ops, window
 from kernelsmith.builtin.access import Access, access_for, broadcastable
 from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
-                                    ReductionGroup, Value)
+                                    PoolGroup, ReductionGroup, Value)
 
 SCHEDULES = [("omp static", "#pragma omp parallel for schedule(static)"),
              ("omp dynamic, chunks of 16", "#pragma omp parallel for schedule(dynamic, 16)"),
@@ -27,6 +26,8 @@ def generate(group: Group, values: dict[str, Value]) -> Generated:
         body = _gemm(group, values)
     elif isinstance(group, ConvGroup):
         body = _conv(group, values)
+    elif isinstance(group, PoolGroup):
+        body = _pool(group, values)
     else:
         raise ValueError(f"no CPU generator for {group.kind}")
     source = "\n".join([HEADER, body, _binding(group, values)])
@@ -238,39 +239,33 @@ def _conv(group: ConvGroup, values) -> str:
     others = [v.name for v in group.inputs if v.name not in (group.x, group.w)]
     epilogue = _loads(group, values, group.out_shape, "flat", names, only=others) + ops.body_lines(group.epilogue, names)
     stores = [f"    out{j}[flat] = {names[o.name]};" for j, o in enumerate(group.outputs)]
-    body = _conv_sum(group, geometry, f"in{index[group.x]}", f"in{index[group.w]}") + epilogue + stores
-    k, out = group.out_shape[1], geometry["out"]
+    decode = [f"    {line}" for line in window.decode("flat", group.out_shape)] + ["    const int64_t k = c;"]
+    body = decode + _conv_sum(group, geometry, f"in{index[group.x]}", f"in{index[group.w]}") + epilogue + stores
 
     def loop(pragma):
         return (f"  {pragma}\n  for (int64_t flat = 0; flat < {prod(group.out_shape)}LL; ++flat) {{\n"
-                f"    const int64_t o2 = flat % {out[2]}, o1 = flat / {out[2]} % {out[1]}, "
-                f"o0 = flat / {out[2] * out[1]} % {out[0]};\n"
-                f"    const int64_t k = flat / {prod(out)} % {k}, n = flat / {prod(out) * k};\n"
                 + "\n".join(body) + "\n  }")
     return _variants(group.name, _params(group), _call_args(group), loop)
 
 
 def _conv_geometry(group: ConvGroup) -> dict[str, tuple[int, ...]]:
     """Sizes per spatial dim, padded in front to three dims (a missing dim has size 1)."""
-    pad = 3 - group.spatial
-
-    def three(values, fill):
-        return (fill,) * pad + tuple(int(v) for v in values)
+    three = window.three
     return {"in": three(group.in_shape[2:], 1), "out": three(group.out_shape[2:], 1),
             "kernel": three(group.w_shape[2:], 1), "stride": three(group.stride, 1),
             "padding": three(group.padding, 0), "dilation": three(group.dilation, 1)}
 
 
 def _conv_sum(group: ConvGroup, g: dict, x: str, w: str) -> list[str]:
-    """acc = the sum over the channels of the output's group and the kernel window."""
+    """acc = the sum over the input channels ci of the output channel k's group and the kernel window."""
     i, kern, (c_in, c_w) = g["in"], g["kernel"], (group.in_shape[1], group.w_shape[1])
     k_out = group.out_shape[1]
     per_group_in = c_in // group.groups
     if group.transposed:  # w is [c_in, k_out / groups, ...]: input channel c reaches k
-        channel = f"const int64_t c = (k / {c_w}) * {per_group_in} + cc;"
-        w_at = f"{w}[((c * {c_w} + k % {c_w}) * {kern[0]} + q0) * {kern[1] * kern[2]} + q1 * {kern[2]} + q2]"
+        channel = f"const int64_t ci = (k / {c_w}) * {per_group_in} + cc;"
+        w_at = f"{w}[((ci * {c_w} + k % {c_w}) * {kern[0]} + q0) * {kern[1] * kern[2]} + q1 * {kern[2]} + q2]"
     else:  # w is [k_out, c_in / groups, ...]
-        channel = f"const int64_t c = (k / {k_out // group.groups}) * {c_w} + cc;"
+        channel = f"const int64_t ci = (k / {k_out // group.groups}) * {c_w} + cc;"
         w_at = f"{w}[((k * {c_w} + cc) * {kern[0]} + q0) * {kern[1] * kern[2]} + q1 * {kern[2]} + q2]"
     lines = ["    float acc = 0.0f;", f"    for (int64_t cc = 0; cc < {per_group_in}; ++cc) {{", f"      {channel}"]
     depth = 6
@@ -278,7 +273,7 @@ def _conv_sum(group: ConvGroup, g: dict, x: str, w: str) -> list[str]:
         lines.append(" " * depth + f"for (int64_t q{d} = 0; q{d} < {kern[d]}; ++q{d}) {{")
         lines += [" " * (depth + 2) + line for line in _conv_tap(group, g, d)]
         depth += 2
-    x_at = f"{x}[((n * {c_in} + c) * {i[0]} + i0) * {i[1] * i[2]} + i1 * {i[2]} + i2]"
+    x_at = f"{x}[((n * {c_in} + ci) * {i[0]} + i0) * {i[1] * i[2]} + i1 * {i[2]} + i2]"
     lines.append(" " * depth + f"acc += {x_at} * {w_at};")
     lines += [" " * d + "}" for d in range(depth - 2, 2, -2)]
     return lines
@@ -293,6 +288,23 @@ def _conv_tap(group: ConvGroup, g: dict, d: int) -> list[str]:
                 f"const int64_t i{d} = t{d} / {s};"]
     return [f"const int64_t i{d} = o{d} * {s} - {p} + q{d} * {dil};",
             f"if (i{d} < 0 || i{d} >= {size}) continue;"]
+
+
+# --- pooling -------------------------------------------------------------------------------
+
+def _pool(group: PoolGroup, values) -> str:
+    """One output element per step: the window's max or mean, then the epilogue."""
+    x = f"in{[v.name for v in group.inputs].index(group.x)}"
+    names = {group.result: f"v_{group.result}"}
+    others = [v.name for v in group.inputs if v.name != group.x]
+    body = [f"    {line}" for line in window.decode("flat", group.out_shape) + window.pool_lines(group, x + "[{}]")]
+    body += _loads(group, values, group.out_shape, "flat", names, only=others) + ops.body_lines(group.epilogue, names)
+    body += [f"    out{j}[flat] = {names[o.name]};" for j, o in enumerate(group.outputs)]
+
+    def loop(pragma):
+        return (f"  {pragma}\n  for (int64_t flat = 0; flat < {prod(group.out_shape)}LL; ++flat) {{\n"
+                + "\n".join(body) + "\n  }")
+    return _variants(group.name, _params(group), _call_args(group), loop)
 
 
 # --- binding -------------------------------------------------------------------------------
@@ -326,6 +338,8 @@ def _space(group: Group):
         return lambda v: None if v.name in (group.a, group.b, group.bias) else group.out_shape
     if isinstance(group, ConvGroup):
         return lambda v: None if v.name in (group.x, group.w) else group.out_shape
+    if isinstance(group, PoolGroup):
+        return lambda v: None if v.name == group.x else group.out_shape
     return lambda v: group.in_shape if _broadcasts(v, group.in_shape) else group.result_shape
 
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from math import prod
 from string import Template
 
-from kernelsmith.builtin import ops
+from kernelsmith.builtin import ops, window
 from kernelsmith.builtin.access import Access, access_for
 from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
-                                    ReductionGroup, Value)
+                                    PoolGroup, ReductionGroup, Value)
 
 MAX_BLOCKS = 1 << 20  # grid-stride loops cover the rest
 ARG_REDUCTIONS = ("argmax", "argmin")
@@ -40,6 +40,8 @@ def generate(group: Group, values: dict[str, Value]) -> Generated:
         return _gemm(group, values)
     if isinstance(group, ConvGroup):
         return _conv(group, values)
+    if isinstance(group, PoolGroup):
+        return _pool(group, values)
     raise ValueError(f"{group.name}: {group.kind} groups are unsupported by the CUDA generator")
 
 
@@ -985,6 +987,39 @@ def _conv_cudnn(group: ConvGroup, what: str) -> str:
 
 def _contiguous_strides(dims: list[int]) -> list[int]:
     return [prod(dims[d + 1:]) for d in range(len(dims))]
+
+
+# --- pooling -------------------------------------------------------------------------------
+
+POOL_THREADS = (256, 128, 512)
+
+
+def _pool(group: PoolGroup, values: dict[str, Value]) -> Generated:
+    """A grid-stride kernel, one output element per thread step: the window's max or mean
+    (window.py, shared with the CPU generator), then the epilogue, then the stores."""
+    if not values[group.x].contiguous:
+        raise ValueError(f"{group.name}: pooling a non-contiguous input is unsupported")
+    reads = [_read(values[v.name], group.out_shape) for v in group.inputs if v.name != group.x]
+    params = _input_params(group) + _stride_params(reads) + _output_params(group)
+    names = {r.value.name: r.var for r in reads}
+    names[group.result] = f"v_{group.result}"
+    epilogue = ops.body_lines(group.epilogue, names, "")
+    _require_outputs(group, names, prod(group.out_shape))
+    lines = window.decode("flat", group.out_shape) + window.pool_lines(group, f"__ldg(&p_{group.x}[{{}}])")
+    lines += [f"const float {r.var} = {r.load('flat')};" for r in reads] + epilogue
+    lines += [f"p_{o.name}[flat] = {names[o.name]};" for o in group.outputs]
+    kernel = (f"__global__ void __launch_bounds__(512) {group.name}_kernel({_signature(params, True)}) {{\n"
+              "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+              f"  for (int64_t flat = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; flat < {prod(group.out_shape)}LL; "
+              "flat += step) {\n" + "\n".join(_indent(lines, 4)) + "\n  }\n}\n")
+    launch = [_table("int", "kThreads", POOL_THREADS), "  const int threads = kThreads[config];",
+              f"  {group.name}_kernel<<<ks_blocks({prod(group.out_shape)}LL, threads), threads, 0, stream>>>"
+              f"({_call(params)});"]
+    what = (f"{group.mode} pooling of {list(group.in_shape)} -> {list(group.out_shape)}, window {list(group.kernel)}, "
+            f"stride {list(group.stride)}, padding {list(group.padding)}")
+    source = _cu_file(group, f"{what}, its epilogue", [kernel], _launcher(group.name, params, len(POOL_THREADS), launch))
+    return _generated(group, {f"{group.name}.cu": source}, params, {group.x} | _dense(reads),
+                      [f"one output per thread step, {t} threads/block" for t in POOL_THREADS])
 
 
 # --- binding -------------------------------------------------------------------------------

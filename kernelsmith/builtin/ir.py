@@ -1,4 +1,4 @@
-"""The policy's intermediate form: values, pointwise ops and the four kinds of group.
+"""The policy's intermediate form: values, pointwise ops and the five kinds of group.
 
 A group becomes one kernel with one binding, `ext.<name>(*inputs, config)`, which returns its
 outputs (one tensor, or a tuple in `outputs` order). `config` picks a launch variant at run
@@ -170,6 +170,32 @@ class ConvGroup(Group):
     @property
     def spatial(self) -> int:
         return len(self.out_shape) - 2
+
+    def ops(self) -> list[Op]:
+        return self.epilogue
+
+
+@dataclass
+class PoolGroup(Group):
+    """out = max or average pooling of x over windows of 1 to 3 spatial dims, then pointwise
+    `epilogue` ops at out_shape. x is [N, C, *spatial], contiguous. Average pooling follows
+    torch: `count_include_pad` and `divisor_override` choose the divisor; max pooling pads
+    with -inf and propagates NaN."""
+
+    x: str = ""
+    mode: str = "max"  # or "avg"
+    kernel: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    count_include_pad: bool = True
+    divisor_override: int | None = None
+    result: str = ""
+    in_shape: tuple[int, ...] = ()
+    out_shape: tuple[int, ...] = ()
+    epilogue: list[Op] = field(default_factory=list)
+
+    kind = "pool"
 
     def ops(self) -> list[Op]:
         return self.epilogue

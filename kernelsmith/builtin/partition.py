@@ -18,11 +18,12 @@ from kernelsmith.builtin import lowering
 from kernelsmith.builtin.access import broadcastable
 from kernelsmith.builtin.graph import Graph, Node
 from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, ConvGroup, GemmGroup, Group, Op, Plan, PointwiseGroup,
-                                    ReductionGroup, Value, ViewStep)
+                                    PoolGroup, ReductionGroup, Value, ViewStep)
 from kernelsmith.builtin.lowering import Unsupported
 
 FLOAT = "float32"
 BATCH_NORM = "_native_batch_norm_legit_no_training.default"
+MAX_POOLS = ("max_pool1d_with_indices.default", "max_pool2d_with_indices.default", "max_pool3d_with_indices.default")
 ALIAS_VIEWS = ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze")
 
 
@@ -77,7 +78,7 @@ class Partitioner:
             return False
         if isinstance(group, PointwiseGroup):
             return node.shape == group.shape
-        if isinstance(group, (GemmGroup, ConvGroup)):
+        if isinstance(group, (GemmGroup, ConvGroup, PoolGroup)):
             return node.shape == group.out_shape
         if isinstance(group, ReductionGroup):
             return self.reduction_phase(group, node, internal) is not None
@@ -192,6 +193,30 @@ class Partitioner:
             self.graph.consumers[result] = [node.name]
             self.join(len(self.steps) - 1, node, Op("add", [result, channels], node.name, {"alpha": 1.0}), [channels])
 
+    # --- pooling ------------------------------------------------------------------------------
+
+    def add_pool(self, node: Node) -> None:
+        x, args = node.args[0], list(node.args) + [None] * 7
+        self.require_float(node, [x])
+        if not self.values[x].contiguous:
+            raise Unsupported(f"{node.target} of a non-contiguous input")
+        spatial = len(node.shape) - 2
+
+        def per_dim(value, default):
+            value = default if value in (None, []) else value
+            return tuple(value) * (spatial if len(value) == 1 else 1) if isinstance(value, list) else (value,) * spatial
+        kernel = per_dim(args[1], None)
+        common = dict(kernel=kernel, stride=per_dim(args[2], list(kernel)), padding=per_dim(args[3], 0))
+        if node.target == "max_pool":
+            group = PoolGroup(self.new_name("pool"), [], [], x=x, mode="max", dilation=per_dim(args[4], 1), **common)
+        else:
+            count = True if args[5] is None else bool(args[5])
+            group = PoolGroup(self.new_name("pool"), [], [], x=x, mode="avg", dilation=(1,) * spatial,
+                              count_include_pad=count, divisor_override=args[6], **common)
+        group.result, group.in_shape, group.out_shape = node.name, self.values[x].shape, node.shape
+        self.add_inputs(group, [x])
+        self.push(group, node.name)
+
     # --- views -----------------------------------------------------------------------------
 
     def add_view(self, node: Node) -> None:
@@ -277,7 +302,7 @@ class Partitioner:
 
 def _fold_multi_output(nodes: list[Node]) -> list[Node]:
     """max.dim / min.dim and their getitems -> amax/argmax (amin/argmin) nodes."""
-    multi = {n.name: n for n in nodes if n.target in ("max.dim", "min.dim", BATCH_NORM)}
+    multi = {n.name: n for n in nodes if n.target in ("max.dim", "min.dim", BATCH_NORM) + MAX_POOLS}
     folded = []
     for node in nodes:
         if node.name in multi:
@@ -287,6 +312,11 @@ def _fold_multi_output(nodes: list[Node]) -> list[Node]:
                 raise Unsupported("batch norm statistics as outputs")
             source = multi[node.args[0]]
             folded.append(Node(node.name, BATCH_NORM, source.args, {"replaces": source.name}, node.shape, node.dtype))
+            continue
+        if node.target == "getitem" and node.args[0] in multi and multi[node.args[0]].target in MAX_POOLS:
+            if node.args[1] != 0:
+                raise Unsupported("max pooling's indices as values")
+            folded.append(Node(node.name, "max_pool", multi[node.args[0]].args, {}, node.shape, node.dtype))
             continue
         if node.target == "getitem" and node.args[0] in multi:
             source = multi[node.args[0]]

@@ -1,5 +1,6 @@
-"""The CPU generator's direct convolutions against torch: grouped, dilated, strided, 1-d, 3-d and
-transposed ones, each built from a real module's captured graph, every launch variant compared."""
+"""The CPU generator's window ops against torch: direct convolutions (grouped, dilated, strided,
+1-d, 3-d, transposed) and max/average pooling, each built from a real module's captured graph,
+every launch variant compared."""
 
 import textwrap
 from pathlib import Path
@@ -18,6 +19,10 @@ CASES = {  # module, input shape
     "transposed": ("nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 0), output_padding=(1, 0), groups=2, "
                    "dilation=(1, 2))", (2, 4, 5, 6)),
     "transposed3d": ("nn.ConvTranspose3d(2, 3, 3, stride=2, padding=1)", (1, 2, 3, 4, 3)),
+    "maxpool": ("nn.MaxPool2d(3, stride=2, padding=1, dilation=2, ceil_mode=True)", (2, 3, 11, 10)),
+    "avgpool": ("nn.AvgPool2d((3, 2), stride=2, padding=1, count_include_pad=False, ceil_mode=True)", (2, 3, 9, 8)),
+    "avgpool3d": ("nn.AvgPool3d(2, padding=1, divisor_override=3)", (1, 2, 5, 4, 3)),
+    "maxpool3d": ("nn.MaxPool3d((2, 3, 2), stride=1, padding=1)", (1, 2, 4, 5, 3)),
 }
 
 
@@ -30,10 +35,10 @@ def _task(folder: Path, module: str, shape) -> Path:
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.conv = {module}
+                self.m = {module}
 
             def forward(self, x):
-                return torch.tanh(self.conv(x)) * 2.0
+                return torch.tanh(self.m(x)) * 2.0
 
         def get_inputs():
             return [torch.randn{tuple(shape)}]
@@ -48,7 +53,7 @@ def _task(folder: Path, module: str, shape) -> Path:
 def built(tmp_path_factory):
     """Every case's kernel (renamed apart) in one source file of one CPU extension: the torch
     headers are parsed once, which is most of the build time."""
-    root = tmp_path_factory.mktemp("cpu_conv")
+    root = tmp_path_factory.mktemp("cpu_windows")
     (root / "kernels").mkdir()
     groups, sources = {}, []
     for i, (name, (module, shape)) in enumerate(CASES.items()):
@@ -56,7 +61,7 @@ def built(tmp_path_factory):
         plan = build_plan(_task(root / name, module, shape), "cpu", "fp32")
         assert not plan.unsupported, plan.unsupported
         (group,) = plan.plan.groups()
-        group.name = f"c{i}_conv"
+        group.name = f"c{i}_{group.kind}"
         made = cpu_gen.generate(group, plan.plan.values)
         sources += made.files.values()
         groups[name] = (group, len(made.variants))
@@ -74,9 +79,11 @@ def test_every_variant_matches_torch(built, name):
     x = torch.randn(*shape)
     expected = torch.tanh(module(x)) * 2.0
     group, variants = groups[name]
-    args = {"x": x, "p_conv_weight": module.weight}
-    if module.bias is not None:
-        args["p_conv_bias_as_channels"] = module.bias.view(-1, *[1] * (x.dim() - 2))
+    args = {"x": x}
+    if getattr(module, "weight", None) is not None:
+        args["p_m_weight"] = module.weight
+    if getattr(module, "bias", None) is not None:
+        args["p_m_bias_as_channels"] = module.bias.view(-1, *[1] * (x.dim() - 2))
     with torch.no_grad():
         for config in range(variants):
             got = getattr(ext, group.name)(*[args[v.name] for v in group.inputs], config)
