@@ -218,3 +218,12 @@ def test_average_pooling_keeps_torchs_divisor_options(tmp_path):
     (pool,) = p.groups()
     assert pool.mode == "avg" and not pool.count_include_pad and pool.divisor_override is None
     assert pool.kernel == pool.stride == (2, 2, 2) and pool.padding == (1, 1, 1)
+
+
+def test_a_view_of_a_reduced_value_after_the_normalisation_runs_in_python(tmp_path):
+    """(ShuffleNet's batch norms) the reduction's epilogue phase is over: the view cannot join it."""
+    p = plan_of(tmp_path, "", "m = x.mean(-1, keepdim=True)\nreturn x - m, m.view(-1)", "[torch.randn(4, 8)]")
+    assert not p.unsupported
+    (group,) = p.groups()
+    assert names(group.broadcast_epilogue) == ["sub"]
+    assert [s.kind for s in p.steps if isinstance(s, ViewStep)] == ["view"]

@@ -224,7 +224,8 @@ class Partitioner:
         last = len(self.steps) - 1
         group = self.steps[last] if self.owner.get(source) == last and last >= 0 else None
         if isinstance(group, ReductionGroup) and lowering.base(node.target) in ALIAS_VIEWS \
-                and source in self.reduced[last] and node.contiguous:
+                and source in self.reduced[last] and node.contiguous \
+                and self.reduction_phase(group, node, [source]) is not None:
             return self.join(last, node, Op("copy", [source], node.name), [])
         view = ViewStep(self.values[node.name], lowering.view_expr(node), source, lowering.base(node.target))
         self.values[node.name].source = ""
