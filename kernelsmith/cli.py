@@ -245,15 +245,16 @@ def optimize(task: Optional[str] = typer.Argument(None, help="KernelBench-format
     from kernelsmith import workdir as wd
 
     existing = workdir is not None and (workdir / wd.STATE_DIR / "config.json").is_file()
-    _notice_defaults(backend.name, opts.device, device_chosen=existing or settings.device is not None)
+    _notice_defaults(backend.name if settings.backend is None else "", opts.device,
+                     device_chosen=existing or settings.device is not None)
     path = session.prepare_workdir(task, workdir, opts.device, opts.precision, inputs, init_args)
     raise typer.Exit(_run_session(lambda listeners, on_text: session.start(settings, path, listeners, on_text), as_json))
 
 
-def _notice_defaults(backend: str, device: str, device_chosen: bool) -> None:
-    """One line on stderr for each default the user did not choose (no key; no GPU, for a new
-    workdir: an existing one keeps the device it was made for)."""
-    if backend == "builtin":
+def _notice_defaults(default_backend: str, device: str, device_chosen: bool) -> None:
+    """One line on stderr for each default the user did not choose (no key, so the built-in
+    policy; no GPU, for a new workdir: an existing one keeps the device it was made for)."""
+    if default_backend == "builtin":
         print("notice: no API key configured: using the built-in offline policy "
               "(set ANTHROPIC_API_KEY or OPENAI_API_KEY, or --backend, for an LLM)", file=sys.stderr)
     if not device_chosen and device == "cpu":

@@ -67,8 +67,9 @@ def test_an_unsupported_task_is_reported_and_nothing_is_committed(tmp_path):
                     "def get_inputs():\n    return [torch.randn(2, 3, 16, 16)]\n\n"
                     "def get_init_inputs():\n    return []\n")
     workdir = tmp_path / "wd"
-    proc = optimize(task, workdir)
+    proc = optimize(task, workdir, "--backend", "builtin")
     assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "no API key configured" not in proc.stderr  # the user chose the backend: no notice
     events = events_of(workdir)
     finish = [e for e in events if e["kind"] == "model_turn"][-1]["message"]
     assert "cumsum" in finish["content"] and "not supported" in finish["content"]
