@@ -49,11 +49,9 @@ def _task(folder: Path, module: str, shape) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def _build_all(root: Path):
     """Every case's kernel (renamed apart) in one source file of one CPU extension: the torch
     headers are parsed once, which is most of the build time."""
-    root = tmp_path_factory.mktemp("cpu_windows")
     (root / "kernels").mkdir()
     groups, sources = {}, []
     for i, (name, (module, shape)) in enumerate(CASES.items()):
@@ -71,20 +69,26 @@ def built(tmp_path_factory):
     return build.import_extension(result.so_path, result.name), groups
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_every_variant_matches_torch(built, name):
-    ext, groups = built
-    module_source, shape = CASES[name]
-    module = eval(module_source, {"nn": torch.nn})
-    x = torch.randn(*shape)
-    expected = torch.tanh(module(x)) * 2.0
-    group, variants = groups[name]
+def _inputs(module, x) -> dict:
     args = {"x": x}
     if getattr(module, "weight", None) is not None:
         args["p_m_weight"] = module.weight
     if getattr(module, "bias", None) is not None:
         args["p_m_bias_as_channels"] = module.bias.view(-1, *[1] * (x.dim() - 2))
-    with torch.no_grad():
-        for config in range(variants):
-            got = getattr(ext, group.name)(*[args[v.name] for v in group.inputs], config)
-            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name} v{config}: {m}")
+    return args
+
+
+def test_every_variant_of_every_window_op_matches_torch(tmp_path):
+    """One test, not one per case: under pytest-xdist each worker would build the extension."""
+    ext, groups = _build_all(tmp_path)
+    for name, (module_source, shape) in CASES.items():
+        module = eval(module_source, {"nn": torch.nn})
+        x = torch.randn(*shape)
+        expected = torch.tanh(module(x)) * 2.0
+        group, variants = groups[name]
+        args = _inputs(module, x)
+        with torch.no_grad():
+            for config in range(variants):
+                got = getattr(ext, group.name)(*[args[v.name] for v in group.inputs], config)
+                torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5,
+                                           msg=lambda m: f"{name} variant {config}: {m}")
