@@ -122,7 +122,7 @@ def rewrite_imports(source: str, sha: str) -> str:
 
 
 def _manifest(config, row: dict, target: Path) -> dict:
-    from kernelsmith.harness.build import compile_flags, uses_cublas
+    from kernelsmith.harness.build import compile_flags, libraries_used
     from kernelsmith.task import check_task
 
     report = check_task(target / "reference.py", config.device, config.precision)
@@ -137,7 +137,7 @@ def _manifest(config, row: dict, target: Path) -> dict:
             "speedup_vs_eager": row["speedup_vs_eager"], "speedup_vs_compile": row["speedup_vs_compile"],
             "reward": row["reward"], "extension": f"ks_export_{ident}_{row['sha'][:8]}",
             "op": f"ks_{ident}_{row['sha'][:8]}::forward",
-            "flags": compile_flags(config.device, fast_math=False, cublas=uses_cublas(sources))}
+            "flags": compile_flags(config.device, fast_math=False, **libraries_used(sources))}
 
 
 def _x(value) -> str:

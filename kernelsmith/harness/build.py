@@ -97,12 +97,11 @@ def _arch_from_nvidia_smi() -> str | None:
     return out[0] if out and re.fullmatch(r"\d+\.\d+", out[0]) else None
 
 
-def uses_cublas(sources: list[Path]) -> bool:
-    return any("cublas" in p.read_text(errors="replace") for p in sources)
-
-
-def uses_cudnn(sources: list[Path]) -> bool:
-    return any("cudnn.h" in p.read_text(errors="replace") for p in sources)
+def libraries_used(sources: list[Path]) -> dict[str, bool]:
+    """Which NVIDIA libraries the kernels call, as compile_flags' keyword arguments (one read
+    of the sources: this runs on every cached-build check)."""
+    text = "\n".join(p.read_text(errors="replace") for p in sources)
+    return {"cublas": "cublas" in text, "cudnn": "cudnn.h" in text}
 
 
 def cudnn_flags() -> tuple[list[str], list[str]]:
@@ -190,7 +189,7 @@ def build(kernels_dir: str | Path, device: str, fast_math: bool = False,
 
 def _plan(kernels_dir: Path, device: str, fast_math: bool, build_dir, allow_torch: bool = True):
     sources = kernel_sources(kernels_dir, device)
-    flags = compile_flags(device, fast_math, cublas=uses_cublas(sources), cudnn=uses_cudnn(sources))
+    flags = compile_flags(device, fast_math, **libraries_used(sources))
     arch = cuda_arch_list(allow_torch) if device == "cuda" else ""
     name = extension_name(kernels_dir, device)
     out_dir = Path(build_dir) if build_dir else default_build_dir(kernels_dir, device)
