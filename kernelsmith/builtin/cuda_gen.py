@@ -664,16 +664,24 @@ def _gemm(group: GemmGroup, values: dict[str, Value]) -> Generated:
 
 
 def _gemm_epilogue(group: GemmGroup, reads: list[Read], params: list[Param], bias: str | None) -> Elementwise:
-    """Bias and epilogue ops per element of the product, which cuBLAS wrote into the first
-    output: read there and overwritten in place (each element by the thread that read it)."""
-    product = Read(Value("ks_product", group.out_shape), Access("dense", group.out_shape), "gemm_product",
-                   f"p_{group.outputs[0].name}", cached=False)
+    """Bias and epilogue ops per element of the product cuBLAS wrote into the first output."""
     names = {r.value.name: r.var for r in reads}
     body = _gemm_result(group, names, bias) + ops.body_lines(group.epilogue, names, "")
+    return _in_place_epilogue(group, reads, params, "gemm_product", names, body, _product_kept(group, bias),
+                              "bool ADD_BIAS" if bias else "")
+
+
+def _in_place_epilogue(group: Group, reads: list[Read], params: list[Param], product: str, names: dict[str, str],
+                       body: list[str], kept: bool, template: str = "") -> Elementwise:
+    """The epilogue kernel after a library call (cuBLAS, cuDNN) that wrote its result into the
+    first output: read there as `product` and overwritten in place (each element by the thread
+    that read it); `kept`: the first output is that result itself, so it is not stored again."""
+    first = Read(Value("ks_product", group.out_shape), Access("dense", group.out_shape), product,
+                 f"p_{group.outputs[0].name}", cached=False)
     _require_outputs(group, names, prod(group.out_shape))
-    stored = [o.name for o in group.outputs][int(_product_kept(group, bias)):]
-    return Elementwise(f"{group.name}_epilogue", prod(group.out_shape), [product] + reads, body,
-                       [names[o] for o in stored], [f"p_{o}" for o in stored], params, "bool ADD_BIAS" if bias else "")
+    stored = [o.name for o in group.outputs][int(kept):]
+    return Elementwise(f"{group.name}_epilogue", prod(group.out_shape), [first] + reads, body,
+                       [names[o] for o in stored], [f"p_{o}" for o in stored], params, template)
 
 
 def _check_gemm(group: GemmGroup, values: dict[str, Value]) -> None:
@@ -946,18 +954,14 @@ def _check_conv(group: ConvGroup, values: dict[str, Value]) -> None:
 
 
 def _conv_epilogue(group: ConvGroup, reads: list[Read], params: list[Param]) -> Elementwise | None:
-    """The epilogue per element of cuDNN's result, read from the first output and written in place."""
+    """The epilogue per element of cuDNN's result, or None when there is nothing to do after it."""
     if not group.epilogue and [o.name for o in group.outputs] == [group.result]:
         return None
-    result = Read(Value("ks_conv", group.out_shape), Access("dense", group.out_shape), f"v_{group.result}",
-                  f"p_{group.outputs[0].name}", cached=False)
     names = {r.value.name: r.var for r in reads}
-    names[group.result] = result.var
+    names[group.result] = f"v_{group.result}"
     body = ops.body_lines(group.epilogue, names, "")
-    _require_outputs(group, names, prod(group.out_shape))
-    stored = [o.name for o in group.outputs][int(group.outputs[0].name == group.result):]
-    return Elementwise(f"{group.name}_epilogue", prod(group.out_shape), [result] + reads, body,
-                       [names[o] for o in stored], [f"p_{o}" for o in stored], params)
+    return _in_place_epilogue(group, reads, params, names[group.result], names, body,
+                              group.outputs[0].name == group.result)
 
 
 def _describe_conv(group: ConvGroup) -> str:
