@@ -234,13 +234,20 @@ def _conv(group: ConvGroup, values) -> str:
     """Direct convolution, one output element per step (a gather, also for the transposed
     case), with the epilogue applied before the store."""
     index = {v.name: i for i, v in enumerate(group.inputs)}
-    geometry = _conv_geometry(group)
-    names = {group.result: "acc"}
-    others = [v.name for v in group.inputs if v.name not in (group.x, group.w)]
-    epilogue = _loads(group, values, group.out_shape, "flat", names, only=others) + ops.body_lines(group.epilogue, names)
-    stores = [f"    out{j}[flat] = {names[o.name]};" for j, o in enumerate(group.outputs)]
-    decode = [f"    {line}" for line in window.decode("flat", group.out_shape)] + ["    const int64_t k = c;"]
-    body = decode + _conv_sum(group, geometry, f"in{index[group.x]}", f"in{index[group.w]}") + epilogue + stores
+    total = ["    const int64_t k = c;"] + _conv_sum(group, _conv_geometry(group), f"in{index[group.x]}",
+                                                    f"in{index[group.w]}")
+    return _per_output(group, values, total, "acc", (group.x, group.w))
+
+
+def _per_output(group, values, compute: list[str], result: str, operands: tuple[str, ...]) -> str:
+    """A loop over the output elements of a window op ([N, C, *spatial]): `compute` leaves the
+    result in C variable `result` from n, c, o0..o2; then the epilogue (its other inputs read
+    at the output's shape) and the stores."""
+    names = {group.result: result}
+    others = [v.name for v in group.inputs if v.name not in operands]
+    body = [f"    {line}" for line in window.decode("flat", group.out_shape)] + compute
+    body += _loads(group, values, group.out_shape, "flat", names, only=others) + ops.body_lines(group.epilogue, names)
+    body += [f"    out{j}[flat] = {names[o.name]};" for j, o in enumerate(group.outputs)]
 
     def loop(pragma):
         return (f"  {pragma}\n  for (int64_t flat = 0; flat < {prod(group.out_shape)}LL; ++flat) {{\n"
@@ -295,16 +302,8 @@ def _conv_tap(group: ConvGroup, g: dict, d: int) -> list[str]:
 def _pool(group: PoolGroup, values) -> str:
     """One output element per step: the window's max or mean, then the epilogue."""
     x = f"in{[v.name for v in group.inputs].index(group.x)}"
-    names = {group.result: f"v_{group.result}"}
-    others = [v.name for v in group.inputs if v.name != group.x]
-    body = [f"    {line}" for line in window.decode("flat", group.out_shape) + window.pool_lines(group, x + "[{}]")]
-    body += _loads(group, values, group.out_shape, "flat", names, only=others) + ops.body_lines(group.epilogue, names)
-    body += [f"    out{j}[flat] = {names[o.name]};" for j, o in enumerate(group.outputs)]
-
-    def loop(pragma):
-        return (f"  {pragma}\n  for (int64_t flat = 0; flat < {prod(group.out_shape)}LL; ++flat) {{\n"
-                + "\n".join(body) + "\n  }")
-    return _variants(group.name, _params(group), _call_args(group), loop)
+    pooled = [f"    {line}" for line in window.pool_lines(group, x + "[{}]")]
+    return _per_output(group, values, pooled, f"v_{group.result}", (group.x,))
 
 
 # --- binding -------------------------------------------------------------------------------

@@ -189,11 +189,11 @@ def _user_outputs(program) -> list[str]:
 
 def _live(nodes: list[Node], outputs: list[str]) -> list[Node]:
     """The nodes that some output depends on (the buffer updates' own ops drop out)."""
-    by_name, wanted = {n.name: n for n in nodes}, set(outputs)
+    wanted = set(outputs)
     for node in reversed(nodes):
         if node.name in wanted:
             wanted.update(_names_in(node.args) + _names_in(list(node.kwargs.values())))
-    return [n for n in nodes if n.name in wanted and n.name in by_name]
+    return [n for n in nodes if n.name in wanted]
 
 
 def _returns_tuple(program) -> bool:
