@@ -1,7 +1,9 @@
 """`kernelsmith bench`: a policy over a task set, scored the way the CUDA Agent paper reports it.
 
 Every (task, run) gets its own workdir under OUT/workdirs and one optimize session; sessions run
-in parallel threads that share one sandbox (one evaluation per GPU at a time). Each finished
+in parallel threads that share one sandbox (one evaluation per GPU at a time) and one compile-baseline
+cache (OUT/baselines.json unless the baselines_cache setting names another), so a task's torch.compile
+baselines are measured once per bench, not once per session. Each finished
 row is appended to OUT/rows.jsonl at once, so an interrupted bench resumes where it stopped:
 finished rows are kept, and a session that was cut off is resumed from its record.
 The report (results.json, results.md, speedups.png) comes from bench_report.py.
@@ -91,6 +93,18 @@ def workdir_for(plan: BenchPlan, path: Path, run: int) -> Path:
     return plan.out / "workdirs" / (level_of(path) or "tasks") / path.stem / f"run{run}"
 
 
+def baselines_cache(plan: BenchPlan) -> Path:
+    """The compile-baseline cache all the bench's sessions share: the setting, else OUT/baselines.json."""
+    if plan.settings.baselines_cache:
+        return Path(plan.settings.baselines_cache).expanduser().resolve()
+    return plan.out / "baselines.json"
+
+
+def session_settings(plan: BenchPlan) -> Settings:
+    """The settings each session runs with: a copy of the plan's, with the shared baselines cache."""
+    return replace(plan.settings, baselines_cache=str(baselines_cache(plan)))
+
+
 # --- one optimize session per (task, run) --------------------------------------------
 
 def run_one(plan: BenchPlan, sandbox, path: Path, run: int, lint_flags: list[str]) -> dict[str, Any]:
@@ -114,12 +128,13 @@ def run_one(plan: BenchPlan, sandbox, path: Path, run: int, lint_flags: list[str
 def _start_or_resume(plan: BenchPlan, sandbox, path: Path, workdir: Path, session):
     from kernelsmith.session.reader import load_session, session_paths
 
+    settings = session_settings(plan)
     records = list(session_paths(workdir)) if workdir.exists() else []
     if records and load_session(records[-1]).end is None:  # cut off by an interrupted bench
-        return session.resume(plan.settings, workdir, records[-1].parent.name, [], None, sandbox=sandbox)
+        return session.resume(settings, workdir, records[-1].parent.name, [], None, sandbox=sandbox)
     if not workdir.exists():
-        session.prepare_workdir(str(path), workdir, plan.device, plan.settings.precision, [], None)
-    return session.start(plan.settings, workdir, [], None, sandbox=sandbox)
+        session.prepare_workdir(str(path), workdir, plan.device, settings.precision, [], None)
+    return session.start(settings, workdir, [], None, sandbox=sandbox)
 
 
 def _ending_fields(ending) -> dict[str, Any]:
@@ -211,7 +226,8 @@ def eval_only(plan: BenchPlan, references: Path, candidates: Path, sandbox,
               on_row: Progress | None = None) -> list[dict]:
     from kernelsmith.evaluate import EvalOptions
 
-    opts = EvalOptions(device=plan.device, precision=plan.settings.precision, trials=plan.settings.trials)
+    opts = EvalOptions(device=plan.device, precision=plan.settings.precision, trials=plan.settings.trials,
+                       cache_path=baselines_cache(plan))
     log = RowLog(plan.out)
 
     def score(pair) -> dict:

@@ -297,7 +297,11 @@ def bench(paths: List[Path] = typer.Argument(None, help="task files or folders (
           resume: bool = typer.Option(False, "--resume", help="continue the bench in --out"),
           eval_only: bool = typer.Option(False, "--eval-only", help="score existing ModelNew files"),
           report: Optional[Path] = typer.Option(None, "--report", help="re-render the report of a bench folder"),
-          lint: bool = typer.Option(True, "--lint/--no-lint", help="lint every task first")) -> None:
+          lint: bool = typer.Option(True, "--lint/--no-lint", help="lint every task first"),
+          baselines_cache: Optional[Path] = typer.Option(
+              None, "--baselines-cache",
+              help="compile-baseline cache shared by all sessions (default OUT/baselines.json; "
+                   "seed it with bench/seed_baselines.py)")) -> None:
     """Run a policy over a task set (or score existing solutions) and report per level."""
     from kernelsmith import bench as bench_mod
 
@@ -305,7 +309,8 @@ def bench(paths: List[Path] = typer.Argument(None, help="task files or folders (
         _render_bench(bench_mod.bench_report.load_rows(report), report, {})
         return
     flags = {"backend": backend, "model": model, "base_url": base_url, "script": script, "device": device,
-             "precision": precision, "max_turns": max_turns}
+             "precision": precision, "max_turns": max_turns,
+             "baselines_cache": str(baselines_cache.resolve()) if baselines_cache else None}
     settings = load_bench_settings(flags)
     opts = _options(settings.device, settings.precision)
     plan = bench_mod.BenchPlan(settings, opts.device, out.resolve(), runs, workers, resume, lint,

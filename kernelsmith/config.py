@@ -35,6 +35,7 @@ class Settings:
     bash_timeout_s: float = 120.0
     trials: int = 5
     noise: float = 0.02  # a new best must beat the old by more than this and the measured spread
+    baselines_cache: str | None = None  # a compile-baseline cache file shared by sessions; None: per workdir
 
     def public(self) -> dict[str, Any]:
         """The settings as recorded in the session (no secrets live here: keys come from the env)."""

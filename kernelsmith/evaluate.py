@@ -3,14 +3,18 @@
 Imports neither torch nor candidate code: every step runs in a fresh worker
 (harness/runner.py). Verify runs the candidate and the reference in two
 separate workers; the profile's compile baselines come from a worker that
-never loads the candidate, cached per task, GPU, torch version and precision.
+never loads the candidate, cached per task, GPU, torch version and precision (in the workdir,
+or in one file that several sessions share: EvalOptions.cache_path; writes are locked).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,10 +182,20 @@ def apply_profile(prof: dict, result: EvalResult) -> None:
         result.roofline.update(percentages(result.roofline, cand["median"], result.precision))
 
 
-def task_key(reference: Path, opts: EvalOptions) -> str:
-    digest = hashlib.sha256(Path(reference).read_bytes())
-    digest.update(json.dumps([opts.device, opts.precision, COMPILE_MODES]).encode())
+def task_digest(source: bytes, device: str, precision: str) -> str:
+    """The task part of a baselines cache key: the reference text, device, precision and compile modes."""
+    digest = hashlib.sha256(source)
+    digest.update(json.dumps([device, precision, COMPILE_MODES]).encode())
     return digest.hexdigest()[:24]
+
+
+def task_key(reference: Path, opts: EvalOptions) -> str:
+    return task_digest(Path(reference).read_bytes(), opts.device, opts.precision)
+
+
+def cache_key(digest: str, gpu, torch_version) -> str:
+    """One baselines cache entry: a task on one GPU model with one torch version."""
+    return f"{digest}|{gpu}|{torch_version}"
 
 
 def default_cache_path(reference: Path) -> Path:
@@ -194,23 +208,23 @@ def default_cache_path(reference: Path) -> Path:
 
 def apply_compile_baselines(reference: Path, opts: EvalOptions, prof: dict, result: EvalResult) -> None:
     cache_path = opts.cache_path or default_cache_path(reference)
-    key = f"{task_key(reference, opts)}|{prof.get('gpu')}|{prof.get('torch')}"
-    cache = build.read_json(cache_path)
-    entry = cache.get(key)
+    key = cache_key(task_key(reference, opts), prof.get("gpu"), prof.get("torch"))
+    entry = build.read_json(cache_path).get(key)
     live_eager = prof["timings"]["eager"]["median"]
     if entry is not None and abs(entry["eager_ms"] - live_eager) > opts.eager_drift * live_eager:
         result.notes.append(f"compile baselines re-measured: live eager {live_eager:.4g} ms, "
                             f"cached eager {entry['eager_ms']:.4g} ms")
         entry = None
     if entry is None:
-        entry = measure_baselines(reference, opts)
+        entry = measure_baselines(reference, opts)  # never under the cache lock: this takes up to a minute
         if entry is None:
             result.notes.append("torch.compile baseline failed; speedup_vs_compile is unknown")
             return
-        cache[key] = entry
-        _write_json(cache_path, cache)
+        update_cache(cache_path, key, entry)
     else:
-        result.notes.append(f"compile baselines from cache (live eager within {opts.eager_drift:.0%} of the cached)")
+        seeded = f", seeded from {entry['seeded_from']}" if entry.get("seeded_from") else ""
+        result.notes.append(f"compile baselines from cache (live eager within {opts.eager_drift:.0%} "
+                            f"of the cached{seeded})")
     best_mode = min(entry["compile_ms"], key=entry["compile_ms"].get)
     result.timings_ms.update({f"compile:{m}": t for m, t in entry["compile_ms"].items()})
     result.timings_ms["compile"] = entry["compile_ms"][best_mode]
@@ -232,12 +246,44 @@ def measure_baselines(reference: Path, opts: EvalOptions) -> dict | None:
             "warmup_s": value["warmup_s"], "measured_at": time.time()}
 
 
-def _write_json(path: Path, data: dict) -> None:
+@contextlib.contextmanager
+def cache_lock(path: Path):
+    """An exclusive flock on PATH.lock, across threads and processes (sessions share one cache)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    tmp.replace(path)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def merge_cache(path: Path, entries: dict) -> int:
+    """Set entries, returning how many replaced one of the same key. The file is read again under the
+    lock, just before writing, so entries other sessions wrote meanwhile stay."""
+    with cache_lock(path):
+        cache = build.read_json(path)
+        replaced = sum(key in cache for key in entries)
+        cache.update(entries)
+        _write_json(path, cache)
+    return replaced
+
+
+def update_cache(path: Path, key: str, entry: dict) -> None:
+    merge_cache(path, {key: entry})
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write through a temp file of this process and thread, then rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def evaluate_workdir(workdir: Path, opts: EvalOptions) -> EvalResult:

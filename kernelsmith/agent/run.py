@@ -58,7 +58,8 @@ def budget_of(settings: Settings) -> Budget:
 
 
 def eval_options(settings: Settings, config: wd.WorkdirConfig) -> EvalOptions:
-    return EvalOptions(device=config.device, precision=config.precision, trials=settings.trials)
+    cache = Path(settings.baselines_cache).expanduser().resolve() if settings.baselines_cache else None
+    return EvalOptions(device=config.device, precision=config.precision, trials=settings.trials, cache_path=cache)
 
 
 def start(settings: Settings, workdir: Path, listeners: list[Listener], on_text: TextSink | None,

@@ -1,0 +1,175 @@
+"""The compile-baseline cache that bench sessions share: locked writes, seeding from bench/baselines.py
+rows under the key a session computes, the eager-drift check on seeded entries, and the bench plumbing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from conftest import TASK
+from kernelsmith import bench
+from kernelsmith import workdir as wd
+from kernelsmith.agent.run import eval_options, prepare_workdir
+from kernelsmith.config import Settings, load_settings
+from kernelsmith.evaluate import (COMPILE_MODES, EvalOptions, apply_compile_baselines, cache_key, task_key,
+                                  update_cache)
+from kernelsmith.harness.result import EvalResult
+
+SEED = Path(__file__).parent.parent / "bench" / "seed_baselines.py"
+GPU, TORCH = "NVIDIA H200", "2.11.0+cu130"
+
+
+def test_concurrent_writers_keep_each_others_entries(tmp_path):
+    """Two sessions (threads here) write different keys to one cache at once: every entry survives."""
+    cache = tmp_path / "shared" / "baselines.json"
+    per_thread = 40
+    start = threading.Barrier(2)
+
+    def writer(name: str) -> None:
+        start.wait()
+        for i in range(per_thread):
+            update_cache(cache, f"{name}-{i}|{GPU}|{TORCH}", {"eager_ms": float(i), "compile_ms": {"default": 1.0}})
+
+    threads = [threading.Thread(target=writer, args=(name,)) for name in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    entries = json.loads(cache.read_text())
+    assert sorted(entries) == sorted(f"{n}-{i}|{GPU}|{TORCH}" for n in ("a", "b") for i in range(per_thread))
+    assert not list(cache.parent.glob("*.tmp"))  # every temp file was renamed into place
+
+
+def _rows_and_tasks(tmp_path: Path, eager_ms: float = 0.5) -> tuple[Path, Path]:
+    """A KernelBench-format task set (CRLF line ends: model.py is not the raw file) and baselines rows."""
+    tasks = tmp_path / "tasks"
+    (tasks / "level1").mkdir(parents=True)
+    (tasks / "level1" / "1_axpb.py").write_bytes(TASK.replace("\n", "\r\n").encode())
+    good = {"level": "level1", "task": "1_axpb", "eager_ms": eager_ms, "eager_p10": eager_ms, "eager_p90": eager_ms,
+            "runs": 100, "gpu": GPU, "torch": TORCH, "lint_flags": [],
+            "warmup_s": {"eager": 0.01, "compile:default": 2.0, "compile:max-autotune-no-cudagraphs": 9.0},
+            "compile_default_ms": 0.4, "compile_max-autotune-no-cudagraphs_ms": 0.3, "wall_s": 20.0}
+    one_mode = {**good, "task": "2_one_mode"}
+    del one_mode["compile_max-autotune-no-cudagraphs_ms"]
+    (tasks / "level1" / "2_one_mode.py").write_text(TASK)
+    failed = {"level": "level1", "task": "3_failed", "error": "out of memory", "wall_s": 3.0}
+    rows = tmp_path / "baselines.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in (good, one_mode, failed)))
+    return rows, tasks
+
+
+def _seed(rows: Path, tasks: Path, out: Path) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, str(SEED), str(rows), "--tasks", str(tasks), "--out", str(out),
+                           "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _workdir_reference(tmp_path: Path, tasks: Path) -> Path:
+    """model.py of a workdir laid out from the task the way a bench session lays it out."""
+    workdir = prepare_workdir(str(tasks / "level1" / "1_axpb.py"), tmp_path / "wd", "cpu", "fp32", [], None)
+    return workdir / "model.py"
+
+
+def _profile(eager_ms: float) -> dict:
+    return {"timings": {"eager": {"median": eager_ms}}, "gpu": GPU, "torch": TORCH}
+
+
+def _profiled_result(eager_ms: float) -> EvalResult:
+    return EvalResult(device="cpu", precision="fp32", timings_ms={"candidate": 0.2, "eager": eager_ms})
+
+
+def test_seeded_entry_has_the_sessions_key_and_is_used_without_measuring(tmp_path):
+    rows, tasks = _rows_and_tasks(tmp_path)
+    out = tmp_path / "cache" / "baselines.json"
+    out.parent.mkdir()
+    out.write_text(json.dumps({"other|gpu|torch": {"eager_ms": 1.0, "compile_ms": {"default": 1.0}}}))
+    proc = _seed(rows, tasks, out)
+    assert "seeded 1 entries" in proc.stdout and "skipped 2 rows" in proc.stdout, proc.stdout
+
+    reference = _workdir_reference(tmp_path, tasks)
+    assert reference.read_bytes() != (tasks / "level1" / "1_axpb.py").read_bytes()
+    opts = EvalOptions(device="cpu", cache_path=out)
+    key = cache_key(task_key(reference, opts), GPU, TORCH)
+    entries = json.loads(out.read_text())
+    assert set(entries) == {"other|gpu|torch", key}  # merged into the existing file
+    assert entries[key]["seeded_from"] == str(rows)
+    assert entries[key]["compile_ms"] == {"default": 0.4, "max-autotune-no-cudagraphs": 0.3}
+    assert set(entries[key]["compile_ms"]) == set(COMPILE_MODES)
+
+    result = _profiled_result(0.52)  # live eager within 10% of the row's 0.5 ms
+    apply_compile_baselines(reference, opts, _profile(0.52), result)
+    assert any(n.startswith("compile baselines from cache") and str(rows) in n for n in result.notes), result.notes
+    assert "baselines" not in result.seconds
+    assert result.timings_ms["compile"] == 0.3 and result.compile_mode == "max-autotune-no-cudagraphs"
+    assert result.speedup_vs_compile == 0.3 / 0.2
+
+
+def test_a_drifted_live_eager_remeasures_a_seeded_entry(tmp_path):
+    """Live eager 3x the seeded one: the entry is not trusted, the baselines are measured (on the CPU)."""
+    rows, tasks = _rows_and_tasks(tmp_path, eager_ms=0.5)
+    out = tmp_path / "baselines.json"
+    _seed(rows, tasks, out)
+    reference = _workdir_reference(tmp_path, tasks)
+    opts = EvalOptions(device="cpu", cache_path=out, min_runs=3, min_seconds=0.01, seed=1)
+    key = cache_key(task_key(reference, opts), GPU, TORCH)
+    assert json.loads(out.read_text())[key]["seeded_from"]
+
+    result = _profiled_result(1.5)
+    apply_compile_baselines(reference, opts, _profile(1.5), result)
+    assert any(n.startswith("compile baselines re-measured") for n in result.notes), result.notes
+    entry = json.loads(out.read_text())[key]
+    assert "seeded_from" not in entry and set(entry["compile_ms"]) == set(COMPILE_MODES)
+    assert result.timings_ms["compile"] == min(entry["compile_ms"].values())
+
+
+def test_bench_sessions_share_out_baselines_json(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    plan = bench.BenchPlan(Settings(), "cpu", out)
+    config = wd.WorkdirConfig(task="t", origin="", device="cpu", precision="fp32", fixed={})
+    settings = bench.session_settings(plan)
+    assert eval_options(settings, config).cache_path == out / "baselines.json"
+    assert plan.settings.baselines_cache is None  # the plan's own settings are left as they were
+    assert eval_options(plan.settings, config).cache_path is None  # a lone session: per workdir
+
+    chosen = bench.BenchPlan(Settings(baselines_cache=str(tmp_path / "seeded.json")), "cpu", out)
+    assert eval_options(bench.session_settings(chosen), config).cache_path == tmp_path / "seeded.json"
+
+    class Sessions:  # stands in for kernelsmith.agent.run: records what a bench session is started with
+        def __init__(self):
+            self.settings = []
+
+        def prepare_workdir(self, *args):
+            pass
+
+        def start(self, settings, *args, **kwargs):
+            self.settings.append(settings)
+
+    sessions = Sessions()
+    bench._start_or_resume(plan, None, tmp_path / "1_t.py", tmp_path / "never-made", sessions)
+    assert eval_options(sessions.settings[0], config).cache_path == out / "baselines.json"
+
+    class Sandbox:  # eval-only builds its own EvalOptions
+        def __init__(self):
+            self.opts = []
+
+        def evaluate_files(self, reference, candidate, opts):
+            self.opts.append(opts)
+            return EvalResult(device="cpu")
+
+    (tmp_path / "refs").mkdir()
+    (tmp_path / "refs" / "1_t.py").write_text(TASK)
+    (tmp_path / "cands").mkdir()
+    (tmp_path / "cands" / "1_t.py").write_text(TASK)
+    sandbox = Sandbox()
+    bench.eval_only(plan, tmp_path / "refs", tmp_path / "cands", sandbox)
+    assert [o.cache_path for o in sandbox.opts] == [out / "baselines.json"]
+
+    monkeypatch.setenv("KERNELSMITH_BASELINES_CACHE", str(tmp_path / "env.json"))
+    assert load_settings({}, []).baselines_cache == str(tmp_path / "env.json")
+    monkeypatch.delenv("KERNELSMITH_BASELINES_CACHE")
+    (tmp_path / "kernelsmith.toml").write_text('baselines-cache = "from-toml.json"\n')
+    assert load_settings({}, [tmp_path]).baselines_cache == "from-toml.json"
