@@ -7,8 +7,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ks-out}
 mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+# once per machine: two steps may run side by side (one per GPU), and two pips into one --target clash
+if [ ! -e /tmp/site/.installed ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && touch /tmp/site/.installed
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 KB=.shared/kernelbench
@@ -42,10 +44,12 @@ case "$STEP" in
                   # compile, profile the default variants, finish). More calls: pass the last rows.jsonl to resume.
     mkdir -p "$OUT/builtin"
     if [ -n "${1:-}" ]; then cp "$1" "$OUT/builtin/rows.jsonl"; RESUME=--resume; else RESUME=; fi
+    # compile baselines measured earlier by the same harness job on this GPU kind (the live eager still guards them)
+    [ -f $R/builtin_baselines_cache.json ] && cp $R/builtin_baselines_cache.json "$OUT/builtin/baselines.json"
     timeout ${LIMIT:-540} python3 -m kernelsmith.cli bench $(python3 -c "import json; rows = [r for r in json.load(open(
       'bench/results/cpu-2026-11-30/builtin_coverage.json')) if r['supported']]; print(' '.join('$KB/' + r['level'] + '/'
       + r['task'] for r in sorted(rows, key=lambda r: (r['level'] != 'level2', r['level'], r['task']))))") \
-      --backend builtin --max-turns ${TURNS:-3} --workers 2 $RESUME --out "$OUT/builtin" 2>&1 | grep -v Warning | tail -30 ;;
+      --backend builtin --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out "$OUT/builtin" 2>&1 | grep -v Warning | tail -30 ;;
   probe-throw)  # does a failing TORCH_CHECK in a CUDA extension raise, with and without cuBLAS linked?
     for kind in plain cublas; do timeout 200 python3 bench/probes/throw_probe.py $kind 2>&1 | tail -3; echo "$kind rc=$?"; done ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)
