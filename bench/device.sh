@@ -46,6 +46,7 @@ case "$STEP" in
     if [ -n "${1:-}" ]; then cp "$1" "$OUT/builtin/rows.jsonl"; RESUME=--resume; else RESUME=; fi
     # compile baselines measured earlier by the same harness job on this GPU kind (the live eager still guards them)
     [ -f $R/builtin_baselines_cache.json ] && cp $R/builtin_baselines_cache.json "$OUT/builtin/baselines.json"
+    [ -f $R/builtin_lint.json ] && [ ! -f "$OUT/builtin/lint.json" ] && cp $R/builtin_lint.json "$OUT/builtin/lint.json"
     timeout ${LIMIT:-540} python3 -m kernelsmith.cli bench $(python3 -c "import json; rows = [r for r in json.load(open(
       'bench/results/cpu-2026-11-30/builtin_coverage.json')) if r['supported']]; print(' '.join('$KB/' + r['level'] + '/'
       + r['task'] for r in sorted(rows, key=lambda r: (r['level'] != 'level2', r['level'], r['task']))))") \

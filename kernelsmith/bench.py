@@ -165,14 +165,15 @@ def _eager_flags(workdir: Path, session_id: str) -> list[str]:
 Progress = Callable[[dict], None]
 
 
-def run_bench(plan: BenchPlan, tasks: list[Path], sandbox, on_row: Progress | None = None) -> list[dict]:
+def run_bench(plan: BenchPlan, tasks: list[Path], sandbox, on_row: Progress | None = None,
+              on_lint: Callable[[Path, list[str]], None] | None = None) -> list[dict]:
     """Run every (task, run) not already finished; returns all rows, old and new."""
     log = RowLog(plan.out)
     done = log.finished() if plan.resume else {}
     if not plan.resume and log.path.exists() and log.path.stat().st_size:
         raise BadInput(f"{plan.out} already holds a bench", hint="pass --resume to continue it, or another --out")
     todo = [(p, r) for p in tasks for r in range(plan.runs) if (level_of(p), p.stem, r) not in done]
-    flags = lint_all(plan, sorted({p for p, _ in todo})) if plan.lint else {}
+    flags = lint_all(plan, sorted({p for p, _ in todo}), on_lint) if plan.lint else {}
     rows = list(done.values())
     with ThreadPoolExecutor(max(1, plan.workers)) as pool:
         futures = [pool.submit(run_one, plan, sandbox, p, r, flags.get(str(p), [])) for p, r in todo]
@@ -185,7 +186,8 @@ def run_bench(plan: BenchPlan, tasks: list[Path], sandbox, on_row: Progress | No
     return rows
 
 
-def lint_all(plan: BenchPlan, tasks: list[Path]) -> dict[str, list[str]]:
+def lint_all(plan: BenchPlan, tasks: list[Path],
+             on_lint: Callable[[Path, list[str]], None] | None = None) -> dict[str, list[str]]:
     """Lint flags per task (degenerate, non-deterministic, ...), cached in OUT/lint.json.
 
     Runs before any session so that linting never shares a GPU with a timed profile."""
@@ -204,8 +206,17 @@ def lint_all(plan: BenchPlan, tasks: list[Path]) -> dict[str, list[str]]:
     with ThreadPoolExecutor(max(1, plan.workers)) as pool:
         for path, found in zip(missing, pool.map(lint, missing)):
             cache[str(path)] = found
-    cache_path.write_text(json.dumps(cache, indent=1))
+            # after every task: an interrupted bench resumes without linting again what it linted
+            _write_atomic(cache_path, json.dumps(cache, indent=1))
+            if on_lint:
+                on_lint(path, found)
     return cache
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 # --- eval-only: score existing solutions ---------------------------------------------

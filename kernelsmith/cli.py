@@ -375,10 +375,29 @@ def _bench_rows(bench_mod, plan, paths: list[Path], pool, eval_only: bool) -> li
             counts["faster"] += bool(row["correct"] and (row["speedup_vs_eager"] or 0) > 1.0)
             bar.update(job, advance=1, description=f"correct {counts['correct']}, faster than eager "
                                                    f"{counts['faster']}; last: {row['task']} {row['status']}")
+            bar.console.print(_row_line(row))  # above the bar on a terminal; the only progress in a log file
+
+        def on_lint(path: Path, flags: list[str]) -> None:
+            bar.console.print(f"lint {bench_mod.level_of(path) or '-'}/{path.stem}: {', '.join(flags) or 'ok'}")
 
         if eval_only:
             return bench_mod.eval_only(plan, paths[0], paths[1], pool, on_row)
-        return bench_mod.run_bench(plan, tasks, pool, on_row)
+        return bench_mod.run_bench(plan, tasks, pool, on_row, on_lint)
+
+
+def _row_line(row: dict) -> str:
+    """One finished task as a plain line: level/task, verdict, speed-ups, wall time."""
+    name = f"{row.get('level') or '-'}/{row['task']}" + (f" run {row['run']}" if row.get("run") else "")
+    if row["status"] != "done":
+        return f"{name}: {row['status']}: {row.get('error', '')[:160]}"
+    if not row["correct"]:
+        return f"{name}: not correct ({row.get('wall_s', 0):.0f} s)"
+    return (f"{name}: correct, {_speed(row, 'speedup_vs_eager')} vs eager, "
+            f"{_speed(row, 'speedup_vs_compile')} vs compile ({row.get('wall_s', 0):.0f} s)")
+
+
+def _speed(row: dict, key: str) -> str:
+    return f"{row[key]:.2f}x" if row.get(key) else "?"
 
 
 def _render_bench(rows: list[dict], out: Path, meta: dict) -> None:

@@ -61,6 +61,9 @@ def test_bench_runs_every_task_reports_per_level_and_resumes(task_set, tmp_path)
     workdir = out / "workdirs" / "level1" / "1_axpb" / "run0"
     assert KernelRepo(workdir).kernel_commits()[0]["sha"] == rows["1_axpb"]["best_sha"]
     assert (out / "results.md").read_text().count("level1") >= 2 and (out / "speedups.png").stat().st_size > 0
+    # a line per linted and per finished task: the only progress a log file (no terminal) gets
+    assert "lint level1/1_axpb: ok" in first.stdout and "lint level2/7_axpb_again: ok" in first.stdout
+    assert "level2/7_axpb_again: correct, " in first.stdout and "x vs eager" in first.stdout
 
     again = ks(*args)  # the folder already holds a bench: refuse rather than mix two runs
     assert again.returncode == 2 and "--resume" in again.stderr
@@ -90,3 +93,21 @@ def test_eval_only_scores_existing_solutions_matched_by_path(task_set, tmp_path)
     rendered = ks("bench", "--report", out)
     assert rendered.returncode == 0 and (out / "results.md").is_file()
     assert "pass" in rendered.stdout.lower()
+
+
+def test_lint_is_saved_task_by_task_so_an_interrupted_bench_keeps_it(task_set, tmp_path):
+    from kernelsmith import bench
+    from kernelsmith.config import Settings
+
+    plan = bench.BenchPlan(Settings(), "cpu", tmp_path, workers=1)
+    tasks = bench.task_files([task_set / "tasks"])
+
+    def interrupt(path, flags):
+        raise KeyboardInterrupt  # the user's ^C right after the first task's lint
+
+    with pytest.raises(KeyboardInterrupt):
+        bench.lint_all(plan, tasks, interrupt)
+    assert json.loads((tmp_path / "lint.json").read_text()) == {str(tasks[0]): []}
+    seen = []
+    flags = bench.lint_all(plan, tasks, lambda path, found: seen.append(path))
+    assert seen == [tasks[1]] and set(flags) == {str(t) for t in tasks}  # the first is not linted again
