@@ -52,7 +52,7 @@ case "$STEP" in
       + r['task'] for r in sorted(rows, key=lambda r: (r['level'] != 'level2', r['level'], r['task']))))") \
       --backend builtin --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out "$OUT/builtin" 2>&1 | grep -v Warning | tail -30 ;;
   probe-throw)  # does a failing TORCH_CHECK in a CUDA extension raise, with and without cuBLAS linked?
-    for kind in plain cublas; do timeout 200 python3 bench/probes/throw_probe.py $kind 2>&1 | tail -3; echo "$kind rc=$?"; done ;;
+    for kind in cpu plain cublas; do timeout 200 python3 bench/probes/throw_probe.py $kind 2>&1 | tail -3; echo "$kind rc=$?"; done ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)
     timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --modes default --workers 2 --deadline 480 \
       --timeout 300 --previous $R/baselines_partial.jsonl $R/baselines_run1.jsonl $R/baselines_run2.jsonl \

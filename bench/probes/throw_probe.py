@@ -1,7 +1,11 @@
 """Does a failing TORCH_CHECK in a CUDA extension raise RuntimeError or crash? (device probe)
 
-    python3 bench/probes/throw_probe.py plain|cublas   -> builds, calls with a bad shape, prints the outcome
+    python3 bench/probes/throw_probe.py plain|cublas|cpu   -> builds, calls with a bad shape, prints the outcome
+
+plain and cublas crashed with SIGSEGV on the H200 machine (2026-11-30) and raise on our CPU box;
+cpu (no .cu, a CPU build on the device) tells the device's toolchain apart from the CUDA link.
 """
+import faulthandler
 import sys
 import tempfile
 from pathlib import Path
@@ -25,17 +29,20 @@ torch::Tensor f(torch::Tensor x, int64_t config) {
 REGISTER_BINDING(f, f);
 """
 
+faulthandler.enable()  # the Python stack at a crash
 kind = sys.argv[1]
 root = Path(tempfile.mkdtemp())
 (root / "kernels").mkdir()
-(root / "kernels" / "k.cu").write_text(CU)
+if kind != "cpu":
+    (root / "kernels" / "k.cu").write_text(CU)
 (root / "kernels" / "k_binding.cpp").write_text(BINDING)
 if kind == "cublas":
     (root / "kernels" / "h.cu").write_text(CUBLAS)
-result = build.build(root / "kernels", "cuda", build_dir=root / "build")
+device = "cpu" if kind == "cpu" else "cuda"
+result = build.build(root / "kernels", device, build_dir=root / "build")
 print(kind, "built", result.ok, result.summary, flush=True)
 ext = build.import_extension(result.so_path, result.name)
 try:
-    ext.f(torch.zeros(4, 512, device="cuda"), 0)
+    ext.f(torch.zeros(4, 512, device=device), 0)
 except RuntimeError as err:
     print(kind, "RAISED", str(err).splitlines()[0], flush=True)
