@@ -1,6 +1,6 @@
-"""The CPU generator's window ops against torch: direct convolutions (grouped, dilated, strided,
-1-d, 3-d, transposed) and max/average pooling, each built from a real module's captured graph,
-every launch variant compared."""
+"""The CPU generator's window and scan ops against torch: direct convolutions (grouped, dilated,
+strided, 1-d, 3-d, transposed), max/average pooling and cumsum (along rows and along a middle
+dim), each built from a real module's captured graph, every launch variant compared."""
 
 import textwrap
 from pathlib import Path
@@ -23,7 +23,20 @@ CASES = {  # module, input shape
     "avgpool": ("nn.AvgPool2d((3, 2), stride=2, padding=1, count_include_pad=False, ceil_mode=True)", (2, 3, 9, 8)),
     "avgpool3d": ("nn.AvgPool3d(2, padding=1, divisor_override=3)", (1, 2, 5, 4, 3)),
     "maxpool3d": ("nn.MaxPool3d((2, 3, 2), stride=1, padding=1)", (1, 2, 4, 5, 3)),
+    "cumsum_rows": ("Cumsum(1)", (3, 700)),
+    "cumsum_middle": ("Cumsum(1)", (2, 50, 7)),
 }
+
+
+class Cumsum(torch.nn.Module):
+    """cumsum(x / 2) along dim: the scan gets a prologue here, and tanh and * 2 after it."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.cumsum(x * 0.5, self.dim)
 
 
 def _task(folder: Path, module: str, shape) -> Path:
@@ -31,6 +44,14 @@ def _task(folder: Path, module: str, shape) -> Path:
     path.write_text(textwrap.dedent(f"""
         import torch
         import torch.nn as nn
+
+        class Cumsum(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.dim = dim
+
+            def forward(self, x):
+                return torch.cumsum(x * 0.5, self.dim)
 
         class Model(nn.Module):
             def __init__(self):
@@ -78,11 +99,11 @@ def _inputs(module, x) -> dict:
     return args
 
 
-def test_every_variant_of_every_window_op_matches_torch(tmp_path):
+def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path):
     """One test, not one per case: under pytest-xdist each worker would build the extension."""
     ext, groups = _build_all(tmp_path)
     for name, (module_source, shape) in CASES.items():
-        module = eval(module_source, {"nn": torch.nn})
+        module = eval(module_source, {"nn": torch.nn, "Cumsum": Cumsum})
         x = torch.randn(*shape)
         expected = torch.tanh(module(x)) * 2.0
         group, variants = groups[name]

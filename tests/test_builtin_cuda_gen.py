@@ -254,10 +254,37 @@ def avg_pool3d_case() -> Case:
     return Case(group, _values(x, y), ref, tags={"pool"})
 
 
+def cumsum_rows_case() -> Case:
+    """relu(cumsum(2x - y, dim=1)) + y over rows longer than one tile (3000 > 1024), with the
+    prologue value kept as a second output."""
+    shape = (5, 3000)
+    x, y, t, d, c, r, z = (_v(n, shape) for n in ("x", "y", "t", "d", "c", "r", "z"))
+    group = ReductionGroup("k19_cumsum_rows", [x, y], [z, d], in_shape=shape, dims=(1,), reduce="cumsum",
+                           operand="d", result="c", result_shape=shape,
+                           prologue=[Op("mul", ["x", 2.0], "t"), Op("sub", ["t", "y"], "d", {"alpha": 1.0})],
+                           epilogue=[Op("relu", ["c"], "r"), Op("add", ["r", "y"], "z", {"alpha": 1.0})])
+
+    def ref(torch, t):
+        d = 2.0 * t["x"] - t["y"]
+        return [torch.relu(torch.cumsum(d, dim=1)) + t["y"], d]
+    return Case(group, _values(x, y, t, d, c, r, z), ref, atol=1e-3, rtol=1e-4)
+
+
+def cumsum_columns_case() -> Case:
+    """cumsum(sigmoid(x), dim=1) of [3, 200, 17]: a scan with inner > 1, one thread per line."""
+    shape = (3, 200, 17)
+    x, s, c = _v("x", shape), _v("s", shape), _v("c", shape)
+    group = ReductionGroup("k20_cumsum_cols", [x], [c], in_shape=shape, dims=(1,), reduce="cumsum", operand="s",
+                           result="c", result_shape=shape, prologue=[Op("sigmoid", ["x"], "s")])
+    return Case(group, _values(x, s, c), lambda torch, t: [torch.cumsum(torch.sigmoid(t["x"]), dim=1)],
+                atol=1e-4, rtol=1e-4)
+
+
 CASES = {f.__name__.removesuffix("_case"): f for f in (
     pointwise_case, softmax_case, rmsnorm_case, column_sum_case, argmax_case, gemm_case, log_softmax_case,
     column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case,
-    conv2d_case, conv_transpose1d_case, depthwise_conv3d_case, max_pool_case, avg_pool3d_case)}
+    conv2d_case, conv_transpose1d_case, depthwise_conv3d_case, max_pool_case, avg_pool3d_case, cumsum_rows_case,
+    cumsum_columns_case)}
 
 
 def generate_all() -> dict[str, cuda_gen.Generated]:

@@ -85,7 +85,7 @@ def test_views_between_kernels_run_in_python(tmp_path):
 
 
 @pytest.mark.parametrize("init, forward, inputs, why", [
-    ("", "return torch.cumsum(x, dim=1)", "[torch.randn(4, 8)]", "cumsum"),
+    ("", "return torch.cumprod(x, dim=1)", "[torch.randn(4, 8)]", "cumprod"),
     ("self.pool = nn.MaxPool2d(2, return_indices=True)", "return self.pool(x)[1] * 1.0", "[torch.randn(1, 3, 8, 8)]",
      "indices"),
     ("", "return x.sum(dim=(0, 2))", "[torch.randn(4, 5, 6)]", "non-adjacent dims"),
@@ -227,3 +227,20 @@ def test_a_view_of_a_reduced_value_after_the_normalisation_runs_in_python(tmp_pa
     (group,) = p.groups()
     assert names(group.broadcast_epilogue) == ["sub"]
     assert [s.kind for s in p.steps if isinstance(s, ViewStep)] == ["view"]
+
+
+def test_cumsum_is_a_scan_with_the_pointwise_work_on_both_sides(tmp_path):
+    p = plan_of(tmp_path, "", "return torch.relu(torch.cumsum(x * rest[0], dim=1)) + 1.0",
+                "[torch.randn(4, 9, 5), torch.randn(4, 9, 5)]")
+    (group,) = p.groups()
+    assert isinstance(group, ReductionGroup) and group.reduce == "cumsum" and group.dims == (1,)
+    assert group.result_shape == group.in_shape == (4, 9, 5)
+    assert (group.outer, group.size, group.inner) == (4, 9, 5)
+    assert names(group.prologue) == ["mul"] and names(group.epilogue) == ["relu", "add"]
+
+
+def test_a_reduction_of_a_cumsum_is_a_second_kernel(tmp_path):
+    p = plan_of(tmp_path, "", "return torch.cumsum(x, dim=-1).sum(-1)", "[torch.randn(6, 40)]")
+    scan, total = p.groups()
+    assert (scan.reduce, total.reduce) == ("cumsum", "sum") and scan.dims == total.dims == (1,)
+    assert [o.name for o in scan.outputs] == [total.operand]

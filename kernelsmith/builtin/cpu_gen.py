@@ -9,7 +9,7 @@ from math import prod
 
 from kernelsmith.builtin import ops, window
 from kernelsmith.builtin.access import Access, access_for, broadcastable
-from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
+from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, SCANS, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
                                     PoolGroup, ReductionGroup, Value)
 
 SCHEDULES = [("omp static", "#pragma omp parallel for schedule(static)"),
@@ -21,7 +21,7 @@ def generate(group: Group, values: dict[str, Value]) -> Generated:
     if isinstance(group, PointwiseGroup):
         body = _pointwise(group, values)
     elif isinstance(group, ReductionGroup):
-        body = _reduction(group, values)
+        body = _scan(group, values) if group.reduce in SCANS else _reduction(group, values)
     elif isinstance(group, GemmGroup):
         body = _gemm(group, values)
     elif isinstance(group, ConvGroup):
@@ -125,9 +125,30 @@ def _reduction(group: ReductionGroup, values) -> str:
     return _variants(group.name, _params(group), _call_args(group), loop)
 
 
-def _row_prologue(group: ReductionGroup, values, element: str) -> tuple[list[str], str]:
-    """Loads of the in_shape inputs and the prologue ops at one element; returns (lines, operand expr)."""
+def _scan(group: ReductionGroup, values) -> str:
+    """A prefix sum per line, in order, with the prologue and the epilogue fused: one pass."""
+    inner, size = group.inner, group.size
+    element = f"((o * {size}LL + r) * {inner}LL + i)"
     names: dict[str, str] = {}
+    first, x = _row_prologue(group, values, element, names)
+    names[group.result] = f"v_{group.result}"
+    after = ops.body_lines(group.epilogue, names)
+    stores = [f"    out{j}[{element}] = {names[o.name]};" for j, o in enumerate(group.outputs)]
+    lines = ["    float acc = 0.0f;", f"    for (int64_t r = 0; r < {size}LL; ++r) {{"]
+    lines += [f"  {ln}" for ln in first + [f"    acc += {x};", f"    const float v_{group.result} = acc;"]
+              + after + stores] + ["    }"]
+
+    def loop(pragma):
+        return (f"  {pragma}\n  for (int64_t row = 0; row < {group.outer * inner}LL; ++row) {{\n"
+                f"    const int64_t o = row / {inner}LL, i = row % {inner}LL;\n" + "\n".join(lines) + "\n  }")
+    return _variants(group.name, _params(group), _call_args(group), loop)
+
+
+def _row_prologue(group: ReductionGroup, values, element: str,
+                  names: dict[str, str] | None = None) -> tuple[list[str], str]:
+    """Loads of the in_shape inputs and the prologue ops at one element; returns (lines, operand expr).
+    `names` receives the C variable of each loaded input and prologue value."""
+    names = {} if names is None else names
     full = [v.name for v in group.inputs if _broadcasts(v, group.in_shape)]
     lines = _loads(group, values, group.in_shape, element, names, only=full)
     lines += ops.body_lines(group.prologue, names)

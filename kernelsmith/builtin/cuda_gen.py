@@ -19,8 +19,8 @@ from string import Template
 
 from kernelsmith.builtin import ops, window
 from kernelsmith.builtin.access import Access, access_for
-from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
-                                    PoolGroup, ReductionGroup, Value)
+from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, SCANS, ConvGroup, GemmGroup, Generated, Group,
+                                    PointwiseGroup, PoolGroup, ReductionGroup, Value)
 
 MAX_BLOCKS = 1 << 20  # grid-stride loops cover the rest
 ARG_REDUCTIONS = ("argmax", "argmin")
@@ -35,7 +35,7 @@ def generate(group: Group, values: dict[str, Value]) -> Generated:
     if isinstance(group, PointwiseGroup):
         return _pointwise(group)
     if isinstance(group, ReductionGroup):
-        return _reduction(group)
+        return _scan(group) if group.reduce in SCANS else _reduction(group)
     if isinstance(group, GemmGroup):
         return _gemm(group, values)
     if isinstance(group, ConvGroup):
@@ -478,7 +478,7 @@ def _reduction_parts(group: ReductionGroup) -> _ReductionParts:
 
 
 def _check_reduction(group: ReductionGroup) -> None:
-    if group.reduce not in ACCUMULATORS:
+    if group.reduce not in ACCUMULATORS and group.reduce not in SCANS:
         raise ValueError(f"{group.name}: reduction {group.reduce} is unsupported")
     if group.size == 0:
         raise ValueError(f"{group.name}: a reduction over an empty range is unsupported")
@@ -591,6 +591,150 @@ def _reduction_launch(name: str, params: list[Param], variants: list[tuple[int, 
     lines = ["  switch (config) {"]
     for index, (team, slots, rows) in enumerate(variants):
         kernel = f"{name}_reduce<{team}, {slots}, {'true' if rows else 'false'}>"
+        label = "default" if index == 0 else f"case {index}"
+        lines.append(f"    {label}: {kernel}<<<ks_blocks(kSlots, {slots}), {team * slots}, 0, stream>>>"
+                     f"({_call(params)}); break;")
+    return lines + ["  }"]
+
+
+# --- scans (cumsum) ------------------------------------------------------------------------
+
+BLOCK_SCAN = """// Inclusive prefix sum across a team of TEAM threads (a warp, or a whole block of TEAM threads);
+// every thread also gets the team's total. A block-wide team must call it together.
+template <int TEAM>
+__device__ __forceinline__ float ks_team_scan(float v, int lane, float* total) {
+  const int warp = lane >> 5, l = lane & 31;
+  for (int d = 1; d < 32; d <<= 1) {
+    const float y = __shfl_up_sync(0xffffffffu, v, d);
+    if (l >= d) v += y;
+  }
+  if constexpr (TEAM == 32) {
+    *total = __shfl_sync(0xffffffffu, v, 31);
+    return v;
+  } else {
+    __shared__ float sums[TEAM / 32];
+    if (l == 31) sums[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+      float s = l < TEAM / 32 ? sums[l] : 0.0f;
+      for (int d = 1; d < 32; d <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, s, d);
+        if (l >= d) s += y;
+      }
+      if (l < TEAM / 32) sums[l] = s;
+    }
+    __syncthreads();
+    if (warp > 0) v += sums[warp - 1];
+    *total = sums[TEAM / 32 - 1];
+    __syncthreads();  // everyone has read sums before the next tile writes them
+    return v;
+  }
+}
+"""
+
+SCAN_ROWS = Template("""// A team of TEAM threads per row of the operand viewed as [$outer, $size, 1], in tiles of TEAM
+// elements: scan the tile, add the carry of the tiles before it.
+template <int TEAM, int SLOTS>
+__global__ void __launch_bounds__(TEAM * SLOTS) ${name}_scan_rows($params) {
+  const int lane = (int)threadIdx.x % TEAM, slot = (int)threadIdx.x / TEAM;
+  for (int64_t base = (int64_t)blockIdx.x * SLOTS; base < kSlots; base += (int64_t)gridDim.x * SLOTS) {
+    const int64_t o = base + slot, i = 0;
+    if (o >= kSlots) break;  // uniform across a team: SLOTS > 1 only for warp-sized teams
+    float carry = 0.0f;
+    for (int64_t tile = 0; tile < kSize; tile += TEAM) {
+      const int64_t r = tile + lane;
+      const bool in = r < kSize;
+      const int64_t flat = (o * kSize + (in ? r : kSize - 1)) * kInner + i;  // past the end: a valid address
+$element
+      float total;
+      const float scanned = ks_team_scan<TEAM>(in ? ks_x : 0.0f, lane, &total);
+      if (in) {
+        const float ks_prefix = carry + scanned;
+$finish
+      }
+      carry += total;
+    }
+  }
+}
+""")
+
+SCAN_COLUMNS = Template("""// One thread per (o, i) of the operand viewed as [$outer, $size, $inner], walking its range in
+// order: neighbouring threads read neighbouring columns, so the loads coalesce.
+template <int SLOTS>
+__global__ void __launch_bounds__(SLOTS) ${name}_scan_columns($params) {
+  for (int64_t red = (int64_t)blockIdx.x * SLOTS + threadIdx.x; red < kSlots; red += (int64_t)gridDim.x * SLOTS) {
+    const int64_t o = red / kInner, i = red % kInner;
+    float carry = 0.0f;
+    for (int64_t r = 0; r < kSize; ++r) {
+      const int64_t flat = (o * kSize + r) * kInner + i;
+$element
+      carry += ks_x;
+      const float ks_prefix = carry;
+$finish
+    }
+  }
+}
+""")
+
+# (TEAM, SLOTS, ROWS): ROWS teams scan one row together in tiles; otherwise one thread per line
+SCAN_ROW_VARIANTS = [(1024, 1, True), (512, 1, True), (256, 1, True), (32, 8, True), (1, 256, False)]
+SCAN_COLUMN_VARIANTS = [(1, 256, False), (1, 128, False), (1, 64, False)]
+
+
+def _scan(group: ReductionGroup) -> Generated:
+    """A prefix sum along one dim, with its prologue and epilogue fused, in one pass."""
+    parts = _reduction_parts(group)
+    params = _input_params(group) + _stride_params(parts.reads_in) + _output_params(group)
+    variants = _scan_variants(group)
+    element, finish = _scan_element(parts)
+    constants = (f"constexpr int64_t kSlots = {group.outer * group.inner}LL, kSize = {group.size}LL, "
+                 f"kInner = {group.inner}LL;\n")
+    fields = dict(name=group.name, params=_signature(params, True), outer=group.outer, size=group.size,
+                  inner=group.inner, element="\n".join(_indent(element, 6)), finish="\n".join(_indent(finish, 8)))
+    kernels = [constants, SCAN_COLUMNS.substitute(fields)]
+    if group.inner == 1:
+        kernels += [BLOCK_SCAN, SCAN_ROWS.substitute(fields)]
+    launch = _scan_launch(group.name, params, variants)
+    source = _cu_file(group, f"{group.reduce} of {list(group.in_shape)} along dim {group.dims[0]}", kernels,
+                      _launcher(group.name, params, len(variants), launch))
+    return _generated(group, {f"{group.name}.cu": source}, params, _dense(parts.reads_in),
+                      [_describe_scan(v) for v in variants])
+
+
+def _scan_element(parts: _ReductionParts) -> tuple[list[str], list[str]]:
+    """Lines that load one element and run the prologue into ks_x; lines that, given ks_prefix,
+    run the epilogue and store every output of the element."""
+    group, names = parts.group, {}
+    after = group.epilogue
+    body = _loads(parts.reads_in, "flat", names, _used(group.prologue + after) | {group.operand})
+    body += ops.body_lines(group.prologue, names, "")
+    body.append(f"const float ks_x = {names[group.operand]};")
+    finish = [f"const float v_{group.result} = ks_prefix;"]
+    names[group.result] = f"v_{group.result}"
+    finish += ops.body_lines(after, names, "")
+    return body, finish + _stores(group, names, "flat", parts.first | parts.second)
+
+
+def _scan_variants(group: ReductionGroup) -> list[tuple[int, int, bool]]:
+    """Rows (inner == 1): a warp per row first when rows are short; columns otherwise."""
+    if group.inner > 1:
+        return SCAN_COLUMN_VARIANTS
+    if group.size <= 1024:
+        return [SCAN_ROW_VARIANTS[3]] + SCAN_ROW_VARIANTS[:3] + SCAN_ROW_VARIANTS[4:]
+    return SCAN_ROW_VARIANTS
+
+
+def _describe_scan(variant: tuple[int, int, bool]) -> str:
+    team, slots, rows = variant
+    if not rows:
+        return f"a thread per line, {slots} lines per block"
+    return f"{team} threads per row, in tiles of {team}" if slots == 1 else f"a warp per row, {slots} rows per block"
+
+
+def _scan_launch(name: str, params: list[Param], variants: list[tuple[int, int, bool]]) -> list[str]:
+    lines = ["  switch (config) {"]
+    for index, (team, slots, rows) in enumerate(variants):
+        kernel = f"{name}_scan_rows<{team}, {slots}>" if rows else f"{name}_scan_columns<{slots}>"
         label = "default" if index == 0 else f"case {index}"
         lines.append(f"    {label}: {kernel}<<<ks_blocks(kSlots, {slots}), {team * slots}, 0, stream>>>"
                      f"({_call(params)}); break;")

@@ -68,8 +68,9 @@ class PointwiseGroup(Group):
 
 
 REDUCTIONS = ("sum", "mean", "amax", "amin", "argmax", "argmin", "logsumexp", "norm2",
-              "softmax", "log_softmax")
-FULL_SHAPE_REDUCTIONS = ("softmax", "log_softmax")  # their result has the operand's shape
+              "softmax", "log_softmax", "cumsum")
+FULL_SHAPE_REDUCTIONS = ("softmax", "log_softmax", "cumsum")  # their result has the operand's shape
+SCANS = ("cumsum",)  # full-shape, and each element's result needs only the range before it
 
 
 @dataclass

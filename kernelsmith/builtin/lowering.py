@@ -25,7 +25,7 @@ CONVOLUTIONS = {"convolution"}
 POOLS = {"max_pool", "avg_pool2d", "avg_pool3d"}  # max_pool: max_poolNd_with_indices's values, folded
 REDUCTION_TARGETS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "argmax": "argmax",
                      "argmin": "argmin", "_softmax": "softmax", "_log_softmax": "log_softmax",
-                     "logsumexp": "logsumexp", "linalg_vector_norm": "norm2"}
+                     "logsumexp": "logsumexp", "linalg_vector_norm": "norm2", "cumsum": "cumsum"}
 
 
 def base(target: str) -> str:
@@ -141,6 +141,10 @@ class ReductionSpec:
 def reduction_spec(node: Node, rank: int) -> ReductionSpec:
     reduce, args = REDUCTION_TARGETS[base(node.target)], list(node.args)
     if reduce in ("softmax", "log_softmax"):
+        return ReductionSpec(reduce, args[0], _dims([args[1]], rank), False)
+    if reduce == "cumsum":
+        if node.kwargs.get("dtype") not in (None, "float32"):
+            raise Unsupported(f"{node.target} with dtype={node.kwargs['dtype']}")
         return ReductionSpec(reduce, args[0], _dims([args[1]], rank), False)
     if reduce == "norm2":
         order = node.kwargs.get("ord", args[1] if len(args) > 1 else 2)
