@@ -25,6 +25,7 @@ CASES = {  # module, input shape
     "maxpool3d": ("nn.MaxPool3d((2, 3, 2), stride=1, padding=1)", (1, 2, 4, 5, 3)),
     "cumsum_rows": ("Cumsum(1)", (3, 700)),
     "cumsum_middle": ("Cumsum(1)", (2, 50, 7)),
+    "masked_cumsum": ("MaskedCumsum((3, 70))", (3, 70)),  # a bool buffer read as 0 or 1
 }
 
 
@@ -37,6 +38,15 @@ class Cumsum(torch.nn.Module):
 
     def forward(self, x):
         return torch.cumsum(x * 0.5, self.dim)
+
+
+class MaskedCumsum(torch.nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        self.register_buffer("mask", torch.rand(shape) > 0.5)
+
+    def forward(self, x):
+        return torch.cumsum(x * self.mask, 1)
 
 
 def _task(folder: Path, module: str, shape) -> Path:
@@ -52,6 +62,14 @@ def _task(folder: Path, module: str, shape) -> Path:
 
             def forward(self, x):
                 return torch.cumsum(x * 0.5, self.dim)
+
+        class MaskedCumsum(nn.Module):
+            def __init__(self, shape):
+                super().__init__()
+                self.register_buffer("mask", torch.rand(shape) > 0.5)
+
+            def forward(self, x):
+                return torch.cumsum(x * self.mask, 1)
 
         class Model(nn.Module):
             def __init__(self):
@@ -96,6 +114,8 @@ def _inputs(module, x) -> dict:
         args["p_m_weight"] = module.weight
     if getattr(module, "bias", None) is not None:
         args["p_m_bias_as_channels"] = module.bias.view(-1, *[1] * (x.dim() - 2))
+    if getattr(module, "mask", None) is not None:
+        args["b_m_mask"] = module.mask
     return args
 
 
@@ -103,7 +123,7 @@ def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path):
     """One test, not one per case: under pytest-xdist each worker would build the extension."""
     ext, groups = _build_all(tmp_path)
     for name, (module_source, shape) in CASES.items():
-        module = eval(module_source, {"nn": torch.nn, "Cumsum": Cumsum})
+        module = eval(module_source, {"nn": torch.nn, "Cumsum": Cumsum, "MaskedCumsum": MaskedCumsum})
         x = torch.randn(*shape)
         expected = torch.tanh(module(x)) * 2.0
         group, variants = groups[name]

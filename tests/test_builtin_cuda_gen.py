@@ -280,11 +280,26 @@ def cumsum_columns_case() -> Case:
                 atol=1e-4, rtol=1e-4)
 
 
+def masked_case() -> Case:
+    """where(mask, relu(x), 2y) + x * keep: a dense bool mask (vectorised as uchar4) and a [1, 37]
+    bool row broadcast over the rows (a strided read), both joining float math as 0 or 1."""
+    shape = (9, 37)
+    x, y, mask, keep = _v("x", shape), _v("y", shape), _v("mask", shape, "bool"), _v("keep", (1, 37), "bool")
+    r, d, w, k, z = (_v(n, shape) for n in ("r", "d", "w", "k", "z"))
+    body = [Op("relu", ["x"], "r"), Op("mul", ["y", 2.0], "d"), Op("where", ["mask", "r", "d"], "w"),
+            Op("mul", ["x", "keep"], "k"), Op("add", ["w", "k"], "z", {"alpha": 1.0})]
+    group = PointwiseGroup("k21_masked", [x, y, mask, keep], [z], shape=shape, body=body)
+
+    def ref(torch, t):
+        return [torch.where(t["mask"], torch.relu(t["x"]), 2.0 * t["y"]) + t["x"] * t["keep"]]
+    return Case(group, _values(x, y, mask, keep, r, d, w, k, z), ref)
+
+
 CASES = {f.__name__.removesuffix("_case"): f for f in (
     pointwise_case, softmax_case, rmsnorm_case, column_sum_case, argmax_case, gemm_case, log_softmax_case,
     column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case,
     conv2d_case, conv_transpose1d_case, depthwise_conv3d_case, max_pool_case, avg_pool3d_case, cumsum_rows_case,
-    cumsum_columns_case)}
+    cumsum_columns_case, masked_case)}
 
 
 def generate_all() -> dict[str, cuda_gen.Generated]:
@@ -340,7 +355,7 @@ def test_generated_files_follow_the_conventions(name):
     assert f'extern "C" int {group.name}_launch(' in binding and f'extern "C" int {group.name}_launch(' in \
         made.files[f"{group.name}.cu"]
     for value in group.inputs:
-        for check in ("must be a CUDA tensor", "must be float32", f"must have shape {list(value.shape)}"):
+        for check in ("must be a CUDA tensor", f"must be {value.dtype}", f"must have shape {list(value.shape)}"):
             assert f"{group.name}: input {value.name} {check}" in binding
     assert "config must be in" in binding and "getCurrentCUDAStream()" in binding
 

@@ -86,6 +86,7 @@ def test_views_between_kernels_run_in_python(tmp_path):
 
 @pytest.mark.parametrize("init, forward, inputs, why", [
     ("", "return torch.cumprod(x, dim=1)", "[torch.randn(4, 8)]", "cumprod"),
+    ("", "return x * (x > 0)", "[torch.randn(4, 8)]", "gt"),  # a bool made inside forward
     ("self.pool = nn.MaxPool2d(2, return_indices=True)", "return self.pool(x)[1] * 1.0", "[torch.randn(1, 3, 8, 8)]",
      "indices"),
     ("", "return x.sum(dim=(0, 2))", "[torch.randn(4, 5, 6)]", "non-adjacent dims"),
@@ -244,3 +245,11 @@ def test_a_reduction_of_a_cumsum_is_a_second_kernel(tmp_path):
     scan, total = p.groups()
     assert (scan.reduce, total.reduce) == ("cumsum", "sum") and scan.dims == total.dims == (1,)
     assert [o.name for o in scan.outputs] == [total.operand]
+
+
+def test_a_bool_input_joins_the_float_math_as_zero_or_one(tmp_path):
+    p = plan_of(tmp_path, "", "return torch.cumsum(x * rest[0], dim=1)",
+                "[torch.randn(4, 9), torch.rand(4, 9) > 0.5]")
+    (group,) = p.groups()
+    assert group.reduce == "cumsum" and names(group.prologue) == ["mul"]
+    assert [(v.source, v.dtype) for v in group.inputs] == [("x0", "float32"), ("x1", "bool")]

@@ -52,13 +52,17 @@ struct KsStrides { int64_t s[8]; };
 
 def _params(group: Group) -> str:
     """Kernel parameters: each input (and its strides when strided), then each output."""
-    parts = [f"const float* __restrict__ in{i}, KsStrides st{i}" for i in range(len(group.inputs))]
+    parts = [f"const {_in_ctype(v)}* __restrict__ in{i}, KsStrides st{i}" for i, v in enumerate(group.inputs)]
     parts += [f"{_ctype(o)}* __restrict__ out{j}" for j, o in enumerate(group.outputs)]
     return ", ".join(parts)
 
 
 def _ctype(value: Value) -> str:
     return "int64_t" if value.dtype == "int64" else "float"
+
+
+def _in_ctype(value: Value) -> str:
+    return "bool" if value.dtype == "bool" else "float"  # a bool input joins float math as 0 or 1
 
 
 def _loads(group: Group, values, space: tuple[int, ...], flat: str, names: dict[str, str], only=None) -> list[str]:
@@ -68,7 +72,8 @@ def _loads(group: Group, values, space: tuple[int, ...], flat: str, names: dict[
         if only is not None and value.name not in only:
             continue
         access = access_for(value.shape, value.contiguous, space)
-        lines.append(f"    const float a{i} = in{i}[{access.offset_expr(flat, f'st{i}.s')}];")
+        cast = "(float)" if value.dtype == "bool" else ""
+        lines.append(f"    const float a{i} = {cast}in{i}[{access.offset_expr(flat, f'st{i}.s')}];")
         names[value.name] = f"a{i}"
     return lines
 
@@ -340,7 +345,7 @@ def _binding(group: Group, values) -> str:
         dtype = "torch::kInt64" if out.dtype == "int64" else "torch::kFloat32"
         shape = ", ".join(str(s) for s in out.shape)
         lines.append(f"  auto out{j} = torch::empty({{{shape}}}, in0.options().dtype({dtype}));")
-    call = ", ".join([f"in{i}.data_ptr<float>(), st{i}" for i in range(len(group.inputs))] +
+    call = ", ".join([f"in{i}.data_ptr<{_in_ctype(v)}>(), st{i}" for i, v in enumerate(group.inputs)] +
                      [f"out{j}.data_ptr<{_ctype(o)}>()" for j, o in enumerate(group.outputs)])
     lines.append(f"  {name}_run((int)config, {call});")
     outs = ", ".join(f"out{j}" for j in range(len(group.outputs)))
@@ -366,7 +371,8 @@ def _space(group: Group):
 def _input_checks(name: str, i: int, value: Value, space) -> list[str]:
     shape = ", ".join(str(s) for s in value.shape)
     lines = [f'  TORCH_CHECK(in{i}.device().is_cpu(), "{name}: input {i} ({value.name}) must be a CPU tensor");',
-             f'  TORCH_CHECK(in{i}.scalar_type() == torch::kFloat32, "{name}: input {i} ({value.name}) must be float32");',
+             f'  TORCH_CHECK(in{i}.scalar_type() == {"torch::kBool" if value.dtype == "bool" else "torch::kFloat32"}, '
+             f'"{name}: input {i} ({value.name}) must be {value.dtype}");',
              f'  TORCH_CHECK(in{i}.sizes() == torch::IntArrayRef({{{shape}}}), "{name}: input {i} ({value.name}) '
              f'must have shape [{shape}], got ", in{i}.sizes());',
              f"  KsStrides st{i} = {{}};"]

@@ -23,6 +23,7 @@ from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, SCANS, ConvGroup, Gem
                                     PointwiseGroup, PoolGroup, ReductionGroup, Value)
 
 MAX_BLOCKS = 1 << 20  # grid-stride loops cover the rest
+TORCH_DTYPES = {"float32": "torch::kFloat32", "int64": "torch::kInt64", "bool": "torch::kBool"}
 ARG_REDUCTIONS = ("argmax", "argmin")
 INT_MAX = 2**31 - 1
 
@@ -46,11 +47,14 @@ def generate(group: Group, values: dict[str, Value]) -> Generated:
 
 
 def _check_dtypes(group: Group, values: dict[str, Value]) -> None:
-    """float32 everywhere, except the int64 result of argmax/argmin."""
+    """float32 everywhere, except the int64 result of argmax/argmin and bool inputs of pointwise ops."""
     index_result = group.result if isinstance(group, ReductionGroup) and group.reduce in ARG_REDUCTIONS else None
     computed = [values[op.out] for op in group.ops()] + [values[r] for r in [getattr(group, "result", None)] if r]
+    bool_inputs = {v.name for v in group.inputs if v.dtype == "bool"} & _used(group.ops())
     for value in [*group.inputs, *group.outputs, *computed]:
         wanted = "int64" if value.name == index_result else "float32"
+        if value.name in bool_inputs:
+            continue
         if value.dtype != wanted:
             raise ValueError(f"{group.name}: {value.name} is {value.dtype}, unsupported (wanted {wanted})")
 
@@ -81,9 +85,14 @@ class Read:
     strides: str = ""  # its KsStrides parameter (strided reads only)
     cached: bool = True  # read-only while the kernel runs: loaded through __ldg
 
+    @property
+    def is_bool(self) -> bool:
+        return self.value.dtype == "bool"
+
     def load(self, flat: str) -> str:
         element = f"{self.pointer}[{self.access.offset_expr(flat, self.strides + '.s')}]"
-        return f"__ldg(&{element})" if self.cached else element
+        loaded = f"__ldg(&{element})" if self.cached else element
+        return f"(float){loaded}" if self.is_bool else loaded  # a bool joins float math as 0 or 1
 
 
 def _read(value: Value, space: tuple[int, ...], var_prefix: str = "x_", strides_prefix: str = "s_") -> Read:
@@ -101,7 +110,9 @@ def _braced(shape) -> str:
 
 
 def _input_params(group: Group) -> list[Param]:
-    return [Param("const float*", f"p_{v.name}", f"in_{v.name}.data_ptr<float>()") for v in group.inputs]
+    return [Param("const unsigned char*", f"p_{v.name}", f"(const unsigned char*)in_{v.name}.data_ptr<bool>()")
+            if v.dtype == "bool" else Param("const float*", f"p_{v.name}", f"in_{v.name}.data_ptr<float>()")
+            for v in group.inputs]
 
 
 def _stride_params(reads: list[Read]) -> list[Param]:
@@ -223,15 +234,16 @@ class Elementwise:
 
     def _lane_arg(self, index: int, read: Read, lane: int) -> str:
         if read.access.mode == "dense":
-            return f"q{index}.{'xyzw'[lane]}"
+            return f"{'(float)' if read.is_bool else ''}q{index}.{'xyzw'[lane]}"
         if read.access.mode == "scalar":
             return read.var
         return read.load(f"(4 * v + {lane})")
 
     def _vec4_load(self, index: int, read: Read) -> str:
-        vector = f"reinterpret_cast<const float4*>({read.pointer})"
+        kind = "uchar4" if read.is_bool else "float4"  # four bools are four bytes
+        vector = f"reinterpret_cast<const {kind}*>({read.pointer})"
         load = f"__ldg({vector} + v)" if read.cached else f"{vector}[v]"
-        return f"    const float4 q{index} = {load};"
+        return f"    const {kind} q{index} = {load};"
 
     def _vec4_kernel(self) -> str:
         results = [f"r{j}" for j in range(len(self.results))]
@@ -1256,7 +1268,7 @@ def _input_checks(kernel: str, value: Value, dense: bool, first: str) -> list[st
     same_device = "" if t == first else f" && {t}.device() == {first}.device()"
     lines = [f'  TORCH_CHECK({t}.is_cuda(){same_device}, "{what} must be a CUDA tensor'
              f'{"" if t == first else " on the device of the first input"}");',
-             f'  TORCH_CHECK({t}.scalar_type() == torch::kFloat32, "{what} must be float32");',
+             f'  TORCH_CHECK({t}.scalar_type() == {TORCH_DTYPES[value.dtype]}, "{what} must be {value.dtype}");',
              f'  TORCH_CHECK(({t}.sizes().vec() == std::vector<int64_t>{_braced(value.shape)}), '  # (): commas
              f'"{what} must have shape {list(value.shape)}, got ", {t}.sizes());']
     if dense:

@@ -127,6 +127,7 @@ _SPECIAL_POINTWISE = {
     "hardtanh": _positional("hardtanh", ["min", "max"], [-1.0, 1.0]),
     "softplus": _positional("softplus", ["beta", "threshold"], [1.0, 20.0]),
     "elu": _positional("elu", ["alpha", "scale", "input_scale"], [1.0, 1.0, 1.0]),
+    "where": lambda node, args: Op("where", args[:3], node.name),
 }
 
 

@@ -63,7 +63,7 @@ class Partitioner:
         self.add_op(node, lowering.pointwise_op(node))
 
     def add_op(self, node: Node, op: Op) -> None:
-        self.require_float(node, op.tensor_args())
+        self.require_float(node, [a for a in op.tensor_args() if not self.bool_input(a, node)])
         last = len(self.steps) - 1
         internal = [a for a in op.tensor_args() if self.owner.get(a) == last]
         others = [a for a in op.tensor_args() if a not in internal]
@@ -280,6 +280,12 @@ class Partitioner:
         for name in names:
             if all(v.name != name for v in group.inputs):
                 group.inputs.append(self.values[name])
+
+    def bool_input(self, name: str, node: Node) -> bool:
+        """A bool tensor from outside (an input, a buffer) read by a float op: torch promotes it
+        to 0.0 or 1.0, and the generators load it that way. Bool values made inside forward
+        (comparisons) are not supported yet."""
+        return self.values[name].dtype == "bool" and name not in self.owner and node.dtype == FLOAT
 
     def require_float(self, node: Node, args: list[str], result_may_be_index: bool = False) -> None:
         wrong = [a for a in args if self.values[a].dtype != FLOAT]

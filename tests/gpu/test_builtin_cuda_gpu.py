@@ -60,6 +60,8 @@ def true_fp32():
 def _random(value, generator) -> torch.Tensor:
     """A CUDA tensor for an input; a non-contiguous value gets a transposed layout."""
     shape = tuple(value.shape)
+    if value.dtype == "bool":
+        return torch.randn(shape, device="cuda", generator=generator) > 0
     if value.contiguous:
         return torch.randn(shape, device="cuda", generator=generator)
     base = torch.randn(shape[::-1], device="cuda", generator=generator)
