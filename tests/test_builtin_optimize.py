@@ -60,10 +60,10 @@ def test_optimize_with_no_api_key_commits_a_verified_generated_kernel(tmp_path, 
 
 
 def test_an_unsupported_task_is_reported_and_nothing_is_committed(tmp_path):
-    task = tmp_path / "cumsum.py"
+    task = tmp_path / "cumprod.py"
     task.write_text("import torch\nimport torch.nn as nn\n\n"
                     "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-                    "        self.dim = 1\n\n    def forward(self, x):\n        return torch.cumsum(x, self.dim)\n\n"
+                    "        self.dim = 1\n\n    def forward(self, x):\n        return torch.cumprod(x, self.dim)\n\n"
                     "def get_inputs():\n    return [torch.randn(2, 3, 16, 16)]\n\n"
                     "def get_init_inputs():\n    return []\n")
     workdir = tmp_path / "wd"
@@ -72,6 +72,6 @@ def test_an_unsupported_task_is_reported_and_nothing_is_committed(tmp_path):
     assert "no API key configured" not in proc.stderr  # the user chose the backend: no notice
     events = events_of(workdir)
     finish = [e for e in events if e["kind"] == "model_turn"][-1]["message"]
-    assert "cumsum" in finish["content"] and "not supported" in finish["content"]
+    assert "cumprod" in finish["content"] and "not supported" in finish["content"]
     assert not KernelRepo(workdir).kernel_commits()
     assert not [e for e in events if e["kind"] == "eval_result"]  # nothing was faked or run

@@ -77,13 +77,13 @@ def test_a_failing_build_or_verify_is_reported_not_hidden(tmp_path):
 def test_an_unsupported_task_finishes_at_once_with_the_reason(tmp_path):
     (tmp_path / "model.py").write_text(
         "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
-        "    def forward(self, x):\n        return torch.cumsum(x, dim=1)\n\n"
+        "    def forward(self, x):\n        return torch.cumprod(x, dim=1)\n\n"
         "def get_inputs():\n    return [torch.randn(4, 8)]\n\ndef get_init_inputs():\n    return []\n")
     backend = BuiltinBackend()
     backend.bind(tmp_path, "cpu", "fp32")
     reply = backend.complete("system", [], [])
     assert [c.name for c in reply.tool_calls] == ["finish"]
-    assert "cumsum" in reply.text and "not supported" in reply.text
+    assert "cumprod" in reply.text and "not supported" in reply.text
 
 
 def test_defaults_chosen_for_the_user_are_announced_in_one_line_each(capsys):
