@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench|probe-throw
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm
 # Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -53,6 +53,8 @@ case "$STEP" in
       --backend builtin --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out "$OUT/builtin" 2>&1 | grep -v Warning | tail -30 ;;
   probe-throw)  # does a failing TORCH_CHECK in a CUDA extension raise, with and without cuBLAS linked?
     for kind in cpu plain cublas; do timeout 200 python3 bench/probes/throw_probe.py $kind 2>&1 | tail -3; echo "$kind rc=$?"; done ;;
+  probe-gemm)  # the policy's cuBLAS matmul against torch.mm in one process (why 3-5% slower?)
+    timeout 300 python3 bench/probes/gemm_probe.py 2>&1 | tee "$OUT/gemm_probe.log" | tail -20 ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)
     timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --modes default --workers 2 --deadline 480 \
       --timeout 300 --previous $R/baselines_partial.jsonl $R/baselines_run1.jsonl $R/baselines_run2.jsonl \
@@ -60,6 +62,6 @@ case "$STEP" in
   baselines-autotune)  # levels 1 and 3 with max-autotune-no-cudagraphs too (several calls; pass earlier outputs)
     timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --workers 2 --deadline 480 --timeout 300 \
       --previous $R/baselines_run1.jsonl "$@" --out "$OUT" 2>&1 | grep -v '^|' | tail -30 ;;
-  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench|probe-throw" >&2
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
      exit 2 ;;
 esac
