@@ -1,6 +1,7 @@
 """The CPU generator's window and scan ops against torch: direct convolutions (grouped, dilated,
-strided, 1-d, 3-d, transposed), max/average pooling and cumsum (along rows and along a middle
-dim), each built from a real module's captured graph, every launch variant compared."""
+strided, 1-d, 3-d, transposed), max/average pooling, cumsum (along rows and along a middle
+dim) and a convolution whose bias runs in the softmax after it, each built from a real module's
+captured graph, every launch variant compared."""
 
 import textwrap
 from pathlib import Path
@@ -11,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from kernelsmith.builtin import cpu_gen  # noqa: E402
 from kernelsmith.builtin.generate import build_plan  # noqa: E402
+from kernelsmith.builtin.ir import Group  # noqa: E402
 from kernelsmith.harness import build  # noqa: E402
 
 CASES = {  # module, input shape
@@ -26,12 +28,12 @@ CASES = {  # module, input shape
     "cumsum_rows": ("Cumsum(1)", (3, 700)),
     "cumsum_middle": ("Cumsum(1)", (2, 50, 7)),
     "masked_cumsum": ("MaskedCumsum((3, 70))", (3, 70)),  # a bool buffer read as 0 or 1
+    "conv_softmax": ("ConvSoftmax()", (2, 3, 7, 6)),  # two kernels: the conv's bias moves into the softmax
 }
 
-
-class Cumsum(torch.nn.Module):
-    """cumsum(x / 2) along dim: the scan gets a prologue here, and tanh and * 2 after it."""
-
+MODULES = """
+class Cumsum(nn.Module):
+    # cumsum(x / 2) along dim: the scan gets a prologue here, and tanh and * 2 after it
     def __init__(self, dim):
         super().__init__()
         self.dim = dim
@@ -40,7 +42,7 @@ class Cumsum(torch.nn.Module):
         return torch.cumsum(x * 0.5, self.dim)
 
 
-class MaskedCumsum(torch.nn.Module):
+class MaskedCumsum(nn.Module):
     def __init__(self, shape):
         super().__init__()
         self.register_buffer("mask", torch.rand(shape) > 0.5)
@@ -49,27 +51,21 @@ class MaskedCumsum(torch.nn.Module):
         return torch.cumsum(x * self.mask, 1)
 
 
+class ConvSoftmax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.softmax(self.conv(x), dim=1)
+"""
+NAMESPACE = {"torch": torch, "nn": torch.nn}
+exec(MODULES, NAMESPACE)  # the same classes the task files define, for the reference
+
+
 def _task(folder: Path, module: str, shape) -> Path:
     path = folder / "model.py"
-    path.write_text(textwrap.dedent(f"""
-        import torch
-        import torch.nn as nn
-
-        class Cumsum(nn.Module):
-            def __init__(self, dim):
-                super().__init__()
-                self.dim = dim
-
-            def forward(self, x):
-                return torch.cumsum(x * 0.5, self.dim)
-
-        class MaskedCumsum(nn.Module):
-            def __init__(self, shape):
-                super().__init__()
-                self.register_buffer("mask", torch.rand(shape) > 0.5)
-
-            def forward(self, x):
-                return torch.cumsum(x * self.mask, 1)
+    path.write_text("import torch\nimport torch.nn as nn\n" + MODULES + textwrap.dedent(f"""
 
         class Model(nn.Module):
             def __init__(self):
@@ -89,47 +85,57 @@ def _task(folder: Path, module: str, shape) -> Path:
 
 
 def _build_all(root: Path):
-    """Every case's kernel (renamed apart) in one source file of one CPU extension: the torch
+    """Every case's kernels (renamed apart) in one source file of one CPU extension: the torch
     headers are parsed once, which is most of the build time."""
     (root / "kernels").mkdir()
-    groups, sources = {}, []
+    plans, sources = {}, []
     for i, (name, (module, shape)) in enumerate(CASES.items()):
         (root / name).mkdir()
         plan = build_plan(_task(root / name, module, shape), "cpu", "fp32")
         assert not plan.unsupported, plan.unsupported
-        (group,) = plan.plan.groups()
-        group.name = f"c{i}_{group.kind}"
-        made = cpu_gen.generate(group, plan.plan.values)
-        sources += made.files.values()
-        groups[name] = (group, len(made.variants))
+        assert all(isinstance(step, Group) for step in plan.plan.steps), "views between kernels: not handled here"
+        for j, group in enumerate(plan.plan.groups()):
+            group.name = f"c{i}_{j}_{group.kind}"
+            made = cpu_gen.generate(group, plan.plan.values)
+            sources += made.files.values()
+        plans[name] = (plan.plan, max(len(v) for v in plan.variants))
     (root / "kernels" / "convs.cpp").write_text("\n".join(sources))
     result = build.build(root / "kernels", "cpu", build_dir=root / "build")
     assert result.ok, result.summary
-    return build.import_extension(result.so_path, result.name), groups
+    return build.import_extension(result.so_path, result.name), plans
 
 
 def _inputs(module, x) -> dict:
+    """The tensors the plan reads, by value name: x, parameters (a bias as [C, 1, ...]), buffers."""
     args = {"x": x}
-    if getattr(module, "weight", None) is not None:
-        args["p_m_weight"] = module.weight
-    if getattr(module, "bias", None) is not None:
-        args["p_m_bias_as_channels"] = module.bias.view(-1, *[1] * (x.dim() - 2))
-    if getattr(module, "mask", None) is not None:
-        args["b_m_mask"] = module.mask
+    for name, param in module.named_parameters():
+        key = "p_m_" + name.replace(".", "_")
+        args[key] = param
+        args[key + "_as_channels"] = param.view(-1, *[1] * (x.dim() - 2))
+    args.update({"b_m_" + name.replace(".", "_"): buffer for name, buffer in module.named_buffers()})
     return args
+
+
+def _run(ext, plan, args: dict, config: int) -> torch.Tensor:
+    """The plan's kernels in order, each at `config` (every CPU kernel has the same schedules)."""
+    values = dict(args)
+    for group in plan.groups():
+        got = getattr(ext, group.name)(*[values[v.name] for v in group.inputs], config)
+        values.update(zip([o.name for o in group.outputs], [got] if len(group.outputs) == 1 else got))
+    return values[plan.outputs[0]]
 
 
 def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path):
     """One test, not one per case: under pytest-xdist each worker would build the extension."""
-    ext, groups = _build_all(tmp_path)
+    ext, plans = _build_all(tmp_path)
+    assert [len(plans[name][0].groups()) for name in ("grouped", "conv_softmax")] == [1, 2]
     for name, (module_source, shape) in CASES.items():
-        module = eval(module_source, {"nn": torch.nn, "Cumsum": Cumsum, "MaskedCumsum": MaskedCumsum})
+        module = eval(module_source, NAMESPACE)
         x = torch.randn(*shape)
         expected = torch.tanh(module(x)) * 2.0
-        group, variants = groups[name]
-        args = _inputs(module, x)
+        plan, variants = plans[name]
         with torch.no_grad():
             for config in range(variants):
-                got = getattr(ext, group.name)(*[args[v.name] for v in group.inputs], config)
+                got = _run(ext, plan, _inputs(module, x), config)
                 torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5,
                                            msg=lambda m: f"{name} variant {config}: {m}")

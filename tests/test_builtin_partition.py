@@ -253,3 +253,22 @@ def test_a_bool_input_joins_the_float_math_as_zero_or_one(tmp_path):
     (group,) = p.groups()
     assert group.reduce == "cumsum" and names(group.prologue) == ["mul"]
     assert [(v.source, v.dtype) for v in group.inputs] == [("x0", "float32"), ("x1", "bool")]
+
+
+def test_a_convolutions_epilogue_that_only_feeds_a_softmax_runs_inside_it(tmp_path):
+    """The conv's bias moves into the softmax's prologue: cuDNN's output is read once."""
+    p = plan_of(tmp_path, "self.conv = nn.Conv2d(3, 4, 3)", "return torch.softmax(self.conv(x) * 2.0, dim=1)",
+                "[torch.randn(2, 3, 8, 8)]")
+    conv, softmax = p.groups()
+    assert isinstance(conv, ConvGroup) and not conv.epilogue
+    assert [v.source for v in conv.inputs] == ["x0", "self.conv.weight"]
+    assert [o.name for o in conv.outputs] == [conv.result]
+    assert softmax.reduce == "softmax" and names(softmax.prologue) == ["add", "mul"]
+    assert softmax.inputs[0].name == conv.result and softmax.operand == softmax.prologue[-1].out
+
+
+def test_an_epilogue_read_by_something_else_stays_with_the_gemm(tmp_path):
+    p = plan_of(tmp_path, "self.lin = nn.Linear(16, 8)",
+                "y = torch.sigmoid(self.lin(x))\nreturn y.sum(1), y * 3.0", "[torch.randn(4, 16)]")
+    gemm = p.groups()[0]
+    assert isinstance(gemm, GemmGroup) and names(gemm.epilogue) == ["sigmoid"]

@@ -197,8 +197,8 @@ def _finish_reduced(group: ReductionGroup, values) -> tuple[list[str], dict[str,
     ctype = "int64_t" if group.reduce in ("argmax", "argmin") else "float"
     names = {group.result: f"v_{group.result}"}
     lines = [f"    const {ctype} v_{group.result} = {result};"]
-    reduced_inputs = [v.name for v in group.inputs if _broadcasts(v, group.result_shape)
-                      and not _broadcasts(v, group.in_shape) or v.shape == group.result_shape]
+    used = {a for op in group.epilogue for a in op.tensor_args()}
+    reduced_inputs = [v.name for v in group.inputs if v.name in used and _broadcasts(v, group.result_shape)]
     lines += _loads(group, values, group.result_shape, "row", names, only=reduced_inputs)
     lines += ops.body_lines(group.epilogue, names)
     group_reduced = {group.result} | {op.out for op in group.epilogue}

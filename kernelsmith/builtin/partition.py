@@ -133,10 +133,34 @@ class Partitioner:
             group.inputs, group.prologue = chain.inputs, chain.body
             self.steps[last] = group  # the chain becomes the prologue, in place
             self.owner[node.name] = last
+        elif self.epilogue_moves(chain, node):
+            self.move_epilogue(chain, group, node)
         else:
             self.add_inputs(group, [operand])
             self.push(group, node.name)
         self.reduced[self.owner[node.name]] = {node.name}
+
+    def epilogue_moves(self, library: Group | None, node: Node) -> bool:
+        """A GEMM's, convolution's or pooling's epilogue that only feeds this reduction: run it as
+        the reduction's prologue instead, so the library's result is read once, not read,
+        written and read again."""
+        if not isinstance(library, (GemmGroup, ConvGroup, PoolGroup)) or not library.epilogue:
+            return False
+        moved = {op.out for op in library.epilogue}
+        readers = [r for v in moved for r in self.graph.consumers.get(v, [])]
+        return library.out_shape == self.values[node.args[0]].shape and all(r in moved or r == node.name
+                                                                           for r in readers)
+
+    def move_epilogue(self, library: Group, group: ReductionGroup, node: Node) -> None:
+        group.prologue, library.epilogue = library.epilogue, []
+        moved = {op.out for op in group.prologue}
+        core = {getattr(library, f, None) for f in ("a", "b", "bias", "x", "w")}
+        reads = [library.result] + [a for op in group.prologue for a in op.tensor_args() if a not in moved]
+        library.inputs = [v for v in library.inputs if v.name in core]
+        self.add_inputs(group, reads)
+        self.push(group, node.name)
+        for name in moved:
+            self.owner[name] = len(self.steps) - 1
 
     # --- GEMMs -----------------------------------------------------------------------------
 
