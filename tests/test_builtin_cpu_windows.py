@@ -1,7 +1,7 @@
 """The CPU generator's window and scan ops against torch: direct convolutions (grouped, dilated,
 strided, 1-d, 3-d, transposed), max/average pooling, cumsum (along rows and along a middle
-dim) and a convolution whose bias runs in the softmax after it, each built from a real module's
-captured graph, every launch variant compared."""
+dim), a convolution whose bias runs in the softmax after it and a Python float input, each built
+from a real module's captured graph, every launch variant compared."""
 
 import textwrap
 from pathlib import Path
@@ -29,6 +29,7 @@ CASES = {  # module, input shape
     "cumsum_middle": ("Cumsum(1)", (2, 50, 7)),
     "masked_cumsum": ("MaskedCumsum((3, 70))", (3, 70)),  # a bool buffer read as 0 or 1
     "conv_softmax": ("ConvSoftmax()", (2, 3, 7, 6)),  # two kernels: the conv's bias moves into the softmax
+    "float_input": ("Scaled()", (4, 33), 0.75),  # forward(x, s) with s a Python float, passed by value
 }
 
 MODULES = """
@@ -58,12 +59,17 @@ class ConvSoftmax(nn.Module):
 
     def forward(self, x):
         return torch.softmax(self.conv(x), dim=1)
+
+
+class Scaled(nn.Module):
+    def forward(self, x, s):
+        return torch.relu(x * s) + s
 """
 NAMESPACE = {"torch": torch, "nn": torch.nn}
 exec(MODULES, NAMESPACE)  # the same classes the task files define, for the reference
 
 
-def _task(folder: Path, module: str, shape) -> Path:
+def _task(folder: Path, module: str, shape, *floats) -> Path:
     path = folder / "model.py"
     path.write_text("import torch\nimport torch.nn as nn\n" + MODULES + textwrap.dedent(f"""
 
@@ -72,11 +78,11 @@ def _task(folder: Path, module: str, shape) -> Path:
                 super().__init__()
                 self.m = {module}
 
-            def forward(self, x):
-                return torch.tanh(self.m(x)) * 2.0
+            def forward(self, x, *rest):
+                return torch.tanh(self.m(x, *rest)) * 2.0
 
         def get_inputs():
-            return [torch.randn{tuple(shape)}]
+            return [torch.randn{tuple(shape)}, *{list(floats)}]
 
         def get_init_inputs():
             return []
@@ -89,9 +95,9 @@ def _build_all(root: Path):
     headers are parsed once, which is most of the build time."""
     (root / "kernels").mkdir()
     plans, sources = {}, []
-    for i, (name, (module, shape)) in enumerate(CASES.items()):
+    for i, (name, (module, shape, *floats)) in enumerate(CASES.items()):
         (root / name).mkdir()
-        plan = build_plan(_task(root / name, module, shape), "cpu", "fp32")
+        plan = build_plan(_task(root / name, module, shape, *floats), "cpu", "fp32")
         assert not plan.unsupported, plan.unsupported
         assert all(isinstance(step, Group) for step in plan.plan.steps), "views between kernels: not handled here"
         for j, group in enumerate(plan.plan.groups()):
@@ -105,9 +111,11 @@ def _build_all(root: Path):
     return build.import_extension(result.so_path, result.name), plans
 
 
-def _inputs(module, x) -> dict:
-    """The tensors the plan reads, by value name: x, parameters (a bias as [C, 1, ...]), buffers."""
-    args = {"x": x}
+def _inputs(module, plan, forward_args) -> dict:
+    """What the plan reads, by value name: forward's arguments, parameters (a bias also as
+    [C, 1, ...]), buffers."""
+    args = {value.name: arg for value, arg in zip(plan.inputs, forward_args)}
+    x = forward_args[0]
     for name, param in module.named_parameters():
         key = "p_m_" + name.replace(".", "_")
         args[key] = param
@@ -129,13 +137,14 @@ def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path):
     """One test, not one per case: under pytest-xdist each worker would build the extension."""
     ext, plans = _build_all(tmp_path)
     assert [len(plans[name][0].groups()) for name in ("grouped", "conv_softmax")] == [1, 2]
-    for name, (module_source, shape) in CASES.items():
+    for name, (module_source, shape, *floats) in CASES.items():
         module = eval(module_source, NAMESPACE)
-        x = torch.randn(*shape)
-        expected = torch.tanh(module(x)) * 2.0
+        forward_args = [torch.randn(*shape), *floats]
+        expected = torch.tanh(module(*forward_args)) * 2.0
         plan, variants = plans[name]
+        assert [v.scalar for v in plan.inputs] == [False] + [True] * len(floats)
         with torch.no_grad():
             for config in range(variants):
-                got = _run(ext, plan, _inputs(module, x), config)
+                got = _run(ext, plan, _inputs(module, plan, forward_args), config)
                 torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5,
                                            msg=lambda m: f"{name} variant {config}: {m}")

@@ -295,11 +295,20 @@ def masked_case() -> Case:
     return Case(group, _values(x, y, mask, keep, r, d, w, k, z), ref)
 
 
+def float_input_case() -> Case:
+    """relu(x * s) + s with s a Python float: a kernel argument by value, not a pointer."""
+    shape = (6, 50)
+    x, s, m, r, y = _v("x", shape), Value("s", (), scalar=True), _v("m", shape), _v("r", shape), _v("y", shape)
+    body = [Op("mul", ["x", "s"], "m"), Op("relu", ["m"], "r"), Op("add", ["r", "s"], "y", {"alpha": 1.0})]
+    group = PointwiseGroup("k22_float_input", [x, s], [y], shape=shape, body=body)
+    return Case(group, _values(x, s, m, r, y), lambda torch, t: [torch.relu(t["x"] * t["s"]) + t["s"]])
+
+
 CASES = {f.__name__.removesuffix("_case"): f for f in (
     pointwise_case, softmax_case, rmsnorm_case, column_sum_case, argmax_case, gemm_case, log_softmax_case,
     column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case,
     conv2d_case, conv_transpose1d_case, depthwise_conv3d_case, max_pool_case, avg_pool3d_case, cumsum_rows_case,
-    cumsum_columns_case, masked_case)}
+    cumsum_columns_case, masked_case, float_input_case)}
 
 
 def generate_all() -> dict[str, cuda_gen.Generated]:
@@ -355,6 +364,9 @@ def test_generated_files_follow_the_conventions(name):
     assert f'extern "C" int {group.name}_launch(' in binding and f'extern "C" int {group.name}_launch(' in \
         made.files[f"{group.name}.cu"]
     for value in group.inputs:
+        if value.scalar:
+            assert f"double in_{value.name}" in binding  # by value: nothing to check
+            continue
         for check in ("must be a CUDA tensor", f"must be {value.dtype}", f"must have shape {list(value.shape)}"):
             assert f"{group.name}: input {value.name} {check}" in binding
     assert "config must be in" in binding and "getCurrentCUDAStream()" in binding

@@ -116,11 +116,20 @@ def test_ops_the_generators_know_are_not_decomposed(tmp_path):
     assert "logsumexp" in [getattr(g, "reduce", "") for g in p.groups()]
 
 
-def test_a_non_tensor_input_is_a_clear_capture_error(tmp_path):
+def test_an_int_or_list_input_is_a_clear_capture_error(tmp_path):
     from kernelsmith.builtin.graph import CaptureError
 
-    with pytest.raises(CaptureError, match="non-tensor inputs"):
-        plan_of(tmp_path, "", "return x * 2", "[torch.randn(4), 3.0]")
+    for extra in ("3", "[1, 2]"):
+        with pytest.raises(CaptureError, match="inputs other than tensors and floats"):
+            plan_of(tmp_path, "", "return x * 2", f"[torch.randn(4), {extra}]")
+
+
+def test_a_float_input_stays_a_value_of_the_graph(tmp_path):
+    """Traced as a 0-dim tensor, not baked in: the kernel takes it as an argument."""
+    p = plan_of(tmp_path, "", "return x * rest[0] + 1.0", "[torch.randn(4, 5), 3.0]")
+    (group,) = p.groups()
+    assert [(v.source, v.shape, v.scalar) for v in group.inputs] == [("x0", (4, 5), False), ("x1", (), True)]
+    assert group.body[0].name == "mul" and group.body[0].args == [v.name for v in group.inputs]
 
 
 def test_a_convolution_takes_its_bias_and_the_pointwise_work_after_it(tmp_path):

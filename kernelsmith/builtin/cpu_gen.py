@@ -336,16 +336,20 @@ def _pool(group: PoolGroup, values) -> str:
 
 def _binding(group: Group, values) -> str:
     name = group.name
-    args = ", ".join(f"torch::Tensor in{i}" for i in range(len(group.inputs)))
+    args = ", ".join(f"{'double' if v.scalar else 'torch::Tensor'} in{i}" for i, v in enumerate(group.inputs))
+    tensors = [i for i, v in enumerate(group.inputs) if not v.scalar]
+    if not tensors:
+        raise ValueError(f"{name}: a kernel with no tensor input is unsupported")
     space = _space(group)
     lines = []
     for i, value in enumerate(group.inputs):
-        lines += _input_checks(name, i, value, space(value))
+        lines += _scalar_lines(i) if value.scalar else _input_checks(name, i, value, space(value))
     for j, out in enumerate(group.outputs):
         dtype = "torch::kInt64" if out.dtype == "int64" else "torch::kFloat32"
         shape = ", ".join(str(s) for s in out.shape)
-        lines.append(f"  auto out{j} = torch::empty({{{shape}}}, in0.options().dtype({dtype}));")
-    call = ", ".join([f"in{i}.data_ptr<{_in_ctype(v)}>(), st{i}" for i, v in enumerate(group.inputs)] +
+        lines.append(f"  auto out{j} = torch::empty({{{shape}}}, in{tensors[0]}.options().dtype({dtype}));")
+    call = ", ".join([f"&scalar{i}, st{i}" if v.scalar else f"in{i}.data_ptr<{_in_ctype(v)}>(), st{i}"
+                      for i, v in enumerate(group.inputs)] +
                      [f"out{j}.data_ptr<{_ctype(o)}>()" for j, o in enumerate(group.outputs)])
     lines.append(f"  {name}_run((int)config, {call});")
     outs = ", ".join(f"out{j}" for j in range(len(group.outputs)))
@@ -366,6 +370,11 @@ def _space(group: Group):
     if isinstance(group, PoolGroup):
         return lambda v: None if v.name == group.x else group.out_shape
     return lambda v: group.in_shape if _broadcasts(v, group.in_shape) else group.result_shape
+
+
+def _scalar_lines(i: int) -> list[str]:
+    """A float argument, read by the kernel like a one-element input."""
+    return [f"  const float scalar{i} = (float)in{i};", f"  KsStrides st{i} = {{}};"]
 
 
 def _input_checks(name: str, i: int, value: Value, space) -> list[str]:

@@ -90,6 +90,8 @@ class Read:
         return self.value.dtype == "bool"
 
     def load(self, flat: str) -> str:
+        if self.value.scalar:
+            return self.pointer  # a float argument of the kernel, not a pointer
         element = f"{self.pointer}[{self.access.offset_expr(flat, self.strides + '.s')}]"
         loaded = f"__ldg(&{element})" if self.cached else element
         return f"(float){loaded}" if self.is_bool else loaded  # a bool joins float math as 0 or 1
@@ -110,9 +112,15 @@ def _braced(shape) -> str:
 
 
 def _input_params(group: Group) -> list[Param]:
-    return [Param("const unsigned char*", f"p_{v.name}", f"(const unsigned char*)in_{v.name}.data_ptr<bool>()")
-            if v.dtype == "bool" else Param("const float*", f"p_{v.name}", f"in_{v.name}.data_ptr<float>()")
-            for v in group.inputs]
+    return [_input_param(v) for v in group.inputs]
+
+
+def _input_param(v: Value) -> Param:
+    if v.scalar:
+        return Param("float", f"p_{v.name}", f"(float)in_{v.name}")
+    if v.dtype == "bool":
+        return Param("const unsigned char*", f"p_{v.name}", f"(const unsigned char*)in_{v.name}.data_ptr<bool>()")
+    return Param("const float*", f"p_{v.name}", f"in_{v.name}.data_ptr<float>()")
 
 
 def _stride_params(reads: list[Read]) -> list[Param]:
@@ -1231,8 +1239,11 @@ def _generated(group: Group, files: dict[str, str], params: list[Param], dense: 
 
 
 def _binding(group: Group, params: list[Param], dense: set[str], variants: int, workspace: bool = False) -> str:
-    name, first = group.name, f"in_{group.inputs[0].name}"
-    lines = [line for v in group.inputs for line in _input_checks(name, v, v.name in dense, first)]
+    tensors = [v for v in group.inputs if not v.scalar]
+    if not tensors:
+        raise ValueError(f"{group.name}: a kernel with no tensor input is unsupported")
+    name, first = group.name, f"in_{tensors[0].name}"
+    lines = [line for v in tensors for line in _input_checks(name, v, v.name in dense, first)]
     lines += [f'  TORCH_CHECK(config >= 0 && config < {variants}, "{name}: config must be in [0, {variants}), got ", '
               "config);",
               f"  const at::cuda::CUDAGuard device_guard({first}.device());"]
@@ -1242,7 +1253,7 @@ def _binding(group: Group, params: list[Param], dense: set[str], variants: int, 
               "at::cuda::getCurrentCUDAStream());",
               f'  TORCH_CHECK(status == 0, "{name}: launch failed: ", ks_status(status));',
               _return(group)]
-    args = ", ".join(f"torch::Tensor in_{v.name}" for v in group.inputs)
+    args = ", ".join(f"{'double' if v.scalar else 'torch::Tensor'} in_{v.name}" for v in group.inputs)
     head = BINDING_HEAD.substitute(name=name, signature=_signature(params))
     if workspace:
         head = head.replace("\nnamespace {", f"\n{_workspace_decl(name)}\nnamespace {{", 1)

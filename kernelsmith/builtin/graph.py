@@ -73,15 +73,23 @@ def _capture(task_path: Path) -> Graph:
         inputs = tuple(task.get_inputs())
     # No eval(): the harness runs Model as constructed (training mode, as KernelBench does),
     # so batch norm uses batch statistics and the captured graph must say so.
-    if not all(isinstance(x, torch.Tensor) for x in inputs):
+    if not all(isinstance(x, (torch.Tensor, float)) for x in inputs):
         kinds = ", ".join(type(x).__name__ for x in inputs)
-        raise CaptureError(f"forward takes non-tensor inputs ({kinds}); only tensor inputs are supported yet")
+        raise CaptureError(f"forward takes inputs other than tensors and floats ({kinds}); not supported yet")
+    # A float input is traced as a 0-dim float32 tensor, so it stays a value of the graph (an
+    # export would bake it in as a constant); the kernels then take it by value at run time.
+    scalars = [i for i, x in enumerate(inputs) if isinstance(x, float)]
+    traced = tuple(torch.empty((), dtype=torch.float32, device="meta") if i in scalars else x
+                   for i, x in enumerate(inputs))
     try:
-        program = torch.export.export(model, inputs).run_decompositions(_decompositions())
+        program = torch.export.export(model, traced).run_decompositions(_decompositions())
     except Exception as err:  # export raises many kinds; all mean "cannot capture"
         raise CaptureError(f"torch.export could not capture Model: {type(err).__name__}: "
                            f"{str(err).splitlines()[0] if str(err) else ''}") from None
-    return _graph_of(program, len(inputs))
+    graph = _graph_of(program, len(inputs))
+    for i in scalars:
+        graph.inputs[i].scalar = True
+    return graph
 
 
 # Ops the generators handle whole: decomposing them would only make more, smaller ops.

@@ -23,6 +23,7 @@ class Value:
     dtype: str = "float32"
     source: str = ""  # how ModelNew.forward reaches an external value: "x", "self.lin.weight"
     contiguous: bool = True  # False for views such as permute, expand or a strided slice
+    scalar: bool = False  # a Python float forward takes: passed to the kernels by value
 
     @property
     def numel(self) -> int:

@@ -60,6 +60,8 @@ def true_fp32():
 def _random(value, generator) -> torch.Tensor:
     """A CUDA tensor for an input; a non-contiguous value gets a transposed layout."""
     shape = tuple(value.shape)
+    if value.scalar:
+        return 0.75  # a Python float, passed by value
     if value.dtype == "bool":
         return torch.randn(shape, device="cuda", generator=generator) > 0
     if value.contiguous:
