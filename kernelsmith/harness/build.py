@@ -5,6 +5,11 @@ Runs inside a worker process (it imports torch). The binding infrastructure
 edited copy in a workdir changes nothing. Rebuilds are incremental: ninja
 recompiles only changed objects, and a build whose inputs hash the same as the
 last successful one is a cache hit that skips ninja altogether.
+
+With GCC, the C++ compiles include a precompiled <torch/extension.h> (pch.py; about half of
+each compile): `-include <cache>/pch/<signature>/ks_torch.h -Winvalid-pch` joins their flags,
+never nvcc's. KERNELSMITH_PCH=0 turns it off; a PCH that cannot be made or read only costs
+the speed-up, never the build.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,6 +54,7 @@ class BuildResult:
     flags: list[str] = field(default_factory=list)
     summary: str = ""
     log: str = ""
+    notes: list[str] = field(default_factory=list)  # e.g. why the precompiled header was not used
 
 
 def kernel_sources(kernels_dir: Path, device: str) -> list[Path]:
@@ -163,6 +170,11 @@ def extension_name(kernels_dir: Path, device: str) -> str:
     return f"ks_{tag}_{device}"
 
 
+def user_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/kernelsmith, else ~/.cache/kernelsmith."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernelsmith"
+
+
 def default_build_dir(kernels_dir: Path, device: str) -> Path:
     """Inside the workdir's .kernelsmith/ when there is one, else the user cache."""
     env = os.environ.get("KERNELSMITH_BUILD_DIR")
@@ -171,8 +183,7 @@ def default_build_dir(kernels_dir: Path, device: str) -> Path:
     workdir_state = kernels_dir.resolve().parent / ".kernelsmith"
     if workdir_state.is_dir():
         return workdir_state / "build" / device
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernelsmith" / "build"
-    return cache / extension_name(kernels_dir, device)
+    return user_cache_dir() / "build" / extension_name(kernels_dir, device)
 
 
 def build(kernels_dir: str | Path, device: str, fast_math: bool = False,
@@ -180,11 +191,12 @@ def build(kernels_dir: str | Path, device: str, fast_math: bool = False,
     """Build (or reuse) the extension for kernels_dir; never raises for compile errors."""
     kernels_dir = Path(kernels_dir).resolve()
     start = time.perf_counter()
+    notes: list[str] = []
     try:
-        return _build(kernels_dir, device, fast_math, build_dir, start)
+        return _build(kernels_dir, device, fast_math, build_dir, start, notes)
     except BuildError as err:
         return BuildResult(ok=False, cached=False, seconds=time.perf_counter() - start,
-                           summary=err.summary, log=err.log)
+                           summary=err.summary, log=err.log, notes=notes)
 
 
 def _plan(kernels_dir: Path, device: str, fast_math: bool, build_dir, allow_torch: bool = True):
@@ -210,11 +222,13 @@ def cached_result(kernels_dir: str | Path, device: str, fast_math: bool = False,
     stamp = read_json(out_dir / "kernelsmith-stamp.json")
     if stamp.get("key") != fingerprint(sources, flags, arch, name) or not Path(stamp.get("so_path", "")).is_file():
         return None
+    # the stamp's key leaves the precompiled header out (it does not change the .so), its flags keep it
     return BuildResult(ok=True, cached=True, seconds=time.perf_counter() - start, so_path=stamp["so_path"],
-                       name=name, arch=arch, flags=_flat(flags))
+                       name=name, arch=arch, flags=_flat(flags) + list(stamp.get("pch_flags", [])))
 
 
-def _build(kernels_dir: Path, device: str, fast_math: bool, build_dir, start: float) -> BuildResult:
+def _build(kernels_dir: Path, device: str, fast_math: bool, build_dir, start: float,
+           notes: list[str]) -> BuildResult:
     hit = cached_result(kernels_dir, device, fast_math, build_dir)
     if hit is not None:
         hit.seconds = time.perf_counter() - start
@@ -223,10 +237,10 @@ def _build(kernels_dir: Path, device: str, fast_math: bool, build_dir, start: fl
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp_path = out_dir / "kernelsmith-stamp.json"
     key = fingerprint(sources, flags, arch, name)
-    so_path = _run_cpp_extension(name, sources, flags, arch, device, out_dir)
-    stamp_path.write_text(json.dumps({"key": key, "so_path": so_path}))
+    so_path, pch_flags = _run_cpp_extension(name, sources, flags, arch, device, out_dir, notes)
+    stamp_path.write_text(json.dumps({"key": key, "so_path": so_path, "pch_flags": pch_flags}))
     return BuildResult(ok=True, cached=False, seconds=time.perf_counter() - start,
-                       so_path=so_path, name=name, arch=arch, flags=_flat(flags))
+                       so_path=so_path, name=name, arch=arch, flags=_flat(flags) + pch_flags, notes=notes)
 
 
 def _flat(flags: dict) -> list[str]:
@@ -241,18 +255,44 @@ def read_json(path: Path) -> dict:
         return {}
 
 
-def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path) -> str:
-    """Write the ninja file and build; return the path of the shared object."""
-    from torch.utils import cpp_extension
+def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path, notes: list[str]) -> tuple[str, list[str]]:
+    """Write the ninja file and build; return the path of the shared object and the flags that
+    brought in the precompiled header ([] without one)."""
+    from kernelsmith.harness import pch
 
     if device == "cuda":
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    header = precompiled_header(flags["cflags"], device, notes)
+    with pch.in_use(header) as usable:
+        pch_flags = ["-include", shlex.quote(str(header)), "-Winvalid-pch"] if usable else []
+        versions = _versioner_entry(name)
+        try:
+            return _load(name, sources, flags, device, out_dir, pch_flags), pch_flags
+        except BuildError as err:
+            fatal = _PCH_ERROR_RE.search(err.log) if pch_flags else None
+            if fatal is None:
+                raise
+            notes.append(f"the precompiled header could not be used ({fatal.group(0).strip()[:200]}); "
+                         "built again without it")
+            _versioner_entry(name, restore=versions)  # as if the failed attempt never ran: same name, same objects
+            so_path = _load(name, sources, flags, device, out_dir, [])  # a genuine error raises here, PCH kept
+            pch.discard(header)  # it was the PCH: the next build makes it again
+            return so_path, []
+
+
+# a compile that the precompiled header itself broke (a damaged .gch, a pruned folder): retried without it
+_PCH_ERROR_RE = re.compile(r"^.*error:.*(?:\bPCH\b|\.gch\b|ks_torch\.h).*$|^.*internal compiler error.*$", re.MULTILINE)
+
+
+def _load(name, sources, flags, device, out_dir: Path, pch_flags: list[str]) -> str:
+    from torch.utils import cpp_extension
+
     infra = [TEMPLATES / "binding.cpp"]
     try:
         module = cpp_extension.load(
             name=name,
             sources=[str(p) for p in infra + sources],
-            extra_cflags=list(flags["cflags"]),  # copies: cpp_extension appends to these lists
+            extra_cflags=list(flags["cflags"]) + pch_flags,  # copies: cpp_extension appends to these lists
             extra_cuda_cflags=list(flags["cuda_flags"]),
             extra_ldflags=list(flags["ldflags"]),
             extra_include_paths=[str(TEMPLATES), str(sources[0].parent)],
@@ -266,6 +306,98 @@ def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path) -> str
         raise BuildError(summarize_errors(log), log) from None
     # torch renames a second build in one process (name_v1); the module knows its real file
     return str(Path(module.__file__).resolve())
+
+
+_NO_ENTRY = object()
+
+
+def _versioner_entry(name: str, restore=None):
+    """torch's in-process record of the last build of `name` (it renames a build whose flags changed,
+    name_v1); with restore=, put a saved record back."""
+    try:
+        from torch.utils.cpp_extension import JIT_EXTENSION_VERSIONER as versioner
+
+        entries = versioner.entries
+    except (ImportError, AttributeError):
+        return _NO_ENTRY
+    if restore is None:
+        return entries.get(name, _NO_ENTRY)
+    if restore is _NO_ENTRY:
+        entries.pop(name, None)
+    else:
+        entries[name] = restore
+    return restore
+
+
+# --- the precompiled header ----------------------------------------------------------------------
+
+
+def precompiled_header(cflags: list[str], device: str, notes: list[str]) -> Path | None:
+    """The `-include` header (with its .gch beside it) for this build's C++ compiles, made on first
+    use; None when it is off (KERNELSMITH_PCH=0), the compiler is not GCC, or it cannot be had."""
+    from kernelsmith.harness import pch
+
+    if not pch.enabled():
+        return None
+    try:
+        request = pch_request(cflags, device)
+        if request is None:
+            return None
+        compiler, flags, includes, identity = request
+        return pch.ensure_pch(compiler, flags, includes, extra_identity=identity, notes=notes)
+    except Exception as err:  # noqa: BLE001  (a PCH problem must never fail a build)
+        notes.append(f"precompiled header skipped ({type(err).__name__}: {err})")
+        return None
+
+
+def pch_request(cflags: list[str], device: str):
+    """(compiler, flags, include dirs, identity) of the PCH the C++ compiles of a build can use, or
+    None when they cannot use one (not Linux, a ROCm torch, a compiler other than GCC)."""
+    from torch.utils import cpp_extension
+
+    if not sys.platform.startswith("linux") or getattr(cpp_extension, "IS_HIP_EXTENSION", False):
+        return None
+    compiler = cpp_extension.get_cxx_compiler()
+    from kernelsmith.harness import pch
+
+    if not pch.is_gcc(compiler):
+        return None
+    flags, includes = cpp_compile_flags(cflags, device == "cuda")
+    extension_h = Path(cpp_extension.include_paths()[0]) / "torch" / "extension.h"
+    stat = extension_h.stat()
+    return compiler, flags, includes, [_torch_version(), str(extension_h), stat.st_size, stat.st_mtime_ns]
+
+
+def cpp_compile_flags(extra_cflags: list[str], with_cuda: bool) -> tuple[list[str], list[str]]:
+    """The flags torch.utils.cpp_extension gives a .cpp compile, composed by cpp_extension itself
+    (it writes a throwaway ninja file): (flags in order without the include directories and
+    -DTORCH_EXTENSION_NAME, the -isystem directories in order)."""
+    import inspect
+    import tempfile
+
+    from torch.utils import cpp_extension
+
+    write = cpp_extension._write_ninja_file_to_build_library
+    known = {"name": "ks_pch_probe", "sources": ["ks_pch_probe.cpp"], "extra_cflags": list(extra_cflags),
+             "extra_cuda_cflags": [], "extra_sycl_cflags": [], "extra_ldflags": [], "extra_include_paths": [],
+             "with_cuda": with_cuda, "with_sycl": False, "is_standalone": False}
+    params = inspect.signature(write).parameters
+    with tempfile.TemporaryDirectory() as tmp:
+        ninja = Path(tmp) / "build.ninja"
+        write(path=str(ninja), **{k: v for k, v in known.items() if k in params})
+        line = next(l for l in ninja.read_text().splitlines() if l.startswith("cflags = "))
+    words = iter(shlex.split(line[len("cflags = "):]))
+    flags, includes = [], []
+    for word in words:
+        if word.startswith("-DTORCH_EXTENSION_NAME="):
+            continue
+        if word == "-isystem":
+            includes.append(next(words))
+        elif word.startswith("-isystem"):
+            includes.append(word[len("-isystem"):])
+        else:
+            flags.append(word)
+    return flags, includes
 
 
 def import_extension(so_path: str, name: str):
