@@ -98,10 +98,11 @@ def test_two_processes_build_it_once(tmp_path):
         time.sleep(0.05)
     assert list(tmp_path.glob("*/*.tmp-*")), "the first process was not building when the second started"
     second = run()
-    (path_a, _), (path_b, waited) = (p.communicate(timeout=300)[0].split() for p in (first, second))
+    (path_a, _), (path_b, _) = (p.communicate(timeout=300)[0].split() for p in (first, second))
     assert path_a == path_b != "None"
+    # one build: the second waited on the lock, or (its start-up outran the first build on a busy
+    # machine) found the PCH finished; a second line means the lock let two builds run
     assert len(built_lines(tmp_path)) == 1, built_lines(tmp_path)
-    assert float(waited) > 0.2  # it waited on the lock, then took the finished one
 
 
 def test_a_truncated_gch_is_rebuilt(tmp_path):

@@ -492,7 +492,7 @@ def test_generated_bindings_compile(tmp_path):
     torch_include = Path(torch_spec.origin).parent / "include"
     includes = [tmp_path / "stubs", python_include, torch_include, torch_include / "torch" / "csrc" / "api" / "include",
                 cuda_include, Path(cuda_gen.__file__).parent.parent / "templates"]
-    cmd = [compiler, "-std=c++17", "-fsyntax-only", "-DTORCH_EXTENSION_NAME=ks_bindings",
+    cmd = [compiler, "-std=c++20", "-fsyntax-only", "-DTORCH_EXTENSION_NAME=ks_bindings",
            *[f"-I{folder}" for folder in includes], "all_bindings.cpp"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     errors = [line for line in proc.stderr.splitlines() if "error" in line]

@@ -124,7 +124,11 @@ def cudnn_flags() -> tuple[list[str], list[str]]:
 
 
 def compile_flags(device: str, fast_math: bool, cublas: bool = False, cudnn: bool = False) -> dict[str, list[str]]:
-    cflags = ["-O3", "-std=c++17"]
+    # No -std for the C++ files: they include torch's headers, and cpp_extension picks the standard
+    # torch itself was built with (C++20 from torch 2.11). Forcing C++17 compiles those headers
+    # in another dialect than libtorch's, which GCC accepts with warnings; the .cu files include
+    # CUDA headers only, so their -std stays ours.
+    cflags = ["-O3"]
     ldflags: list[str] = []
     cuda_flags: list[str] = []
     if device == "cpu":
