@@ -207,16 +207,10 @@ def lint_all(plan: BenchPlan, tasks: list[Path],
         for path, found in zip(missing, pool.map(lint, missing)):
             cache[str(path)] = found
             # after every task: an interrupted bench resumes without linting again what it linted
-            _write_atomic(cache_path, json.dumps(cache, indent=1))
+            bench_report.write_atomic(cache_path, json.dumps(cache, indent=1))
             if on_lint:
                 on_lint(path, found)
     return cache
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 # --- eval-only: score existing solutions ---------------------------------------------

@@ -262,7 +262,8 @@ def plot(rows: list[dict], path: str | os.PathLike) -> Path:
 
 # --- files -----------------------------------------------------------------------------
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write through a temp file and rename it: a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -274,8 +275,8 @@ def write_report(out_dir: str | os.PathLike, rows: list[dict], meta: dict) -> di
     out.mkdir(parents=True, exist_ok=True)
     rows = sorted(rows, key=row_sort_key)
     summary = summarize(rows)
-    _write_atomic(out / "results.json", json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1))
-    _write_atomic(out / "results.md", "# kernelsmith bench\n\n" + markdown(summary, meta, rows))
+    write_atomic(out / "results.json", json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1))
+    write_atomic(out / "results.md", "# kernelsmith bench\n\n" + markdown(summary, meta, rows))
     plot(rows, out / "speedups.png")
     return summary
 

@@ -466,8 +466,7 @@ def _reduction(group: ReductionGroup) -> Generated:
     params = (_input_params(group) + _stride_params(parts.reads_in) + _stride_params(parts.reads_red)
               + _output_params(group))
     variants = _reduction_variants(group)
-    constants = (f"constexpr int64_t kSlots = {group.outer * group.inner}LL, kSize = {group.size}LL, "
-                 f"kInner = {group.inner}LL;\n")
+    constants = _line_constants(group)
     kernel = REDUCE_KERNEL.substitute(name=group.name, params=_signature(params, True), outer=group.outer,
                                       size=group.size, inner=group.inner,
                                       body="\n".join(_indent(_reduction_body(parts), 4)))
@@ -608,13 +607,25 @@ def _describe_reduction(variant: tuple[int, int, bool]) -> str:
 
 
 def _reduction_launch(name: str, params: list[Param], variants: list[tuple[int, int, bool]]) -> list[str]:
+    kernels = [f"{name}_reduce<{team}, {slots}, {'true' if rows else 'false'}>" for team, slots, rows in variants]
+    return _slot_switch(params, kernels, variants)
+
+
+def _slot_switch(params: list[Param], kernels: list[str], variants: list[tuple[int, int, bool]]) -> list[str]:
+    """`switch (config)` over kernels that give each of kSlots lines a team: variant i launches
+    kernels[i] with (team, slots) = variants[i][:2], slots lines of team threads per block."""
     lines = ["  switch (config) {"]
-    for index, (team, slots, rows) in enumerate(variants):
-        kernel = f"{name}_reduce<{team}, {slots}, {'true' if rows else 'false'}>"
+    for index, (kernel, (team, slots, _)) in enumerate(zip(kernels, variants)):
         label = "default" if index == 0 else f"case {index}"
         lines.append(f"    {label}: {kernel}<<<ks_blocks(kSlots, {slots}), {team * slots}, 0, stream>>>"
                      f"({_call(params)}); break;")
     return lines + ["  }"]
+
+
+def _line_constants(group: ReductionGroup) -> str:
+    """The operand viewed as [outer, size, inner]: kSlots = outer * inner lines of kSize elements."""
+    return (f"constexpr int64_t kSlots = {group.outer * group.inner}LL, kSize = {group.size}LL, "
+            f"kInner = {group.inner}LL;\n")
 
 
 # --- scans (cumsum) ------------------------------------------------------------------------
@@ -707,8 +718,7 @@ def _scan(group: ReductionGroup) -> Generated:
     params = _input_params(group) + _stride_params(parts.reads_in) + _output_params(group)
     variants = _scan_variants(group)
     element, finish = _scan_element(parts)
-    constants = (f"constexpr int64_t kSlots = {group.outer * group.inner}LL, kSize = {group.size}LL, "
-                 f"kInner = {group.inner}LL;\n")
+    constants = _line_constants(group)
     fields = dict(name=group.name, params=_signature(params, True), outer=group.outer, size=group.size,
                   inner=group.inner, element="\n".join(_indent(element, 6)), finish="\n".join(_indent(finish, 8)))
     kernels = [constants, SCAN_COLUMNS.substitute(fields)]
@@ -752,13 +762,9 @@ def _describe_scan(variant: tuple[int, int, bool]) -> str:
 
 
 def _scan_launch(name: str, params: list[Param], variants: list[tuple[int, int, bool]]) -> list[str]:
-    lines = ["  switch (config) {"]
-    for index, (team, slots, rows) in enumerate(variants):
-        kernel = f"{name}_scan_rows<{team}, {slots}>" if rows else f"{name}_scan_columns<{slots}>"
-        label = "default" if index == 0 else f"case {index}"
-        lines.append(f"    {label}: {kernel}<<<ks_blocks(kSlots, {slots}), {team * slots}, 0, stream>>>"
-                     f"({_call(params)}); break;")
-    return lines + ["  }"]
+    kernels = [f"{name}_scan_rows<{team}, {slots}>" if rows else f"{name}_scan_columns<{slots}>"
+               for team, slots, rows in variants]
+    return _slot_switch(params, kernels, variants)
 
 
 # --- GEMM ----------------------------------------------------------------------------------

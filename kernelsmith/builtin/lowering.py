@@ -141,11 +141,9 @@ class ReductionSpec:
 
 def reduction_spec(node: Node, rank: int) -> ReductionSpec:
     reduce, args = REDUCTION_TARGETS[base(node.target)], list(node.args)
-    if reduce in ("softmax", "log_softmax"):
-        return ReductionSpec(reduce, args[0], _dims([args[1]], rank), False)
-    if reduce == "cumsum":
-        if node.kwargs.get("dtype") not in (None, "float32"):
-            raise Unsupported(f"{node.target} with dtype={node.kwargs['dtype']}")
+    if node.kwargs.get("dtype") not in (None, "float32"):
+        raise Unsupported(f"{node.target} with dtype={node.kwargs['dtype']}")
+    if reduce in ("softmax", "log_softmax", "cumsum"):  # one dim, the result at the operand's shape
         return ReductionSpec(reduce, args[0], _dims([args[1]], rank), False)
     if reduce == "norm2":
         order = node.kwargs.get("ord", args[1] if len(args) > 1 else 2)
@@ -159,8 +157,6 @@ def reduction_spec(node: Node, rank: int) -> ReductionSpec:
     else:
         dims = node.kwargs.get("dim", args[1] if len(args) > 1 else None)
         keep = node.kwargs.get("keepdim", args[2] if len(args) > 2 else False)
-    if node.kwargs.get("dtype") not in (None, "float32"):
-        raise Unsupported(f"{node.target} with dtype={node.kwargs['dtype']}")
     return ReductionSpec(reduce, args[0], _dims(dims, rank), bool(keep))
 
 
