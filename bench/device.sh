@@ -42,17 +42,24 @@ case "$STEP" in
       | tee "$OUT/builtin_gpu_tests.log" | tail -25 ;;
   builtin-bench)  # the built-in policy over the dev tasks it generates, level 2 first; 3 turns each (plan and
                   # compile, profile the default variants, finish). More calls: pass the last rows.jsonl to resume.
-    mkdir -p "$OUT/builtin"
-    if [ -n "${1:-}" ]; then cp "$1" "$OUT/builtin/rows.jsonl"; RESUME=--resume; else RESUME=; fi
+                  # The workdirs stay on the machine: only rows, lint and baselines come back (the fetch takes 8 files).
+    B=/tmp/ks-builtin; rm -rf $B; mkdir -p $B "$OUT/builtin"
+    if [ -n "${1:-}" ]; then cp "$1" $B/rows.jsonl; RESUME=--resume; else RESUME=; fi
     # compile baselines measured earlier by the same harness job on this GPU kind (the live eager still guards them)
-    [ -f $R/builtin_baselines_cache.json ] && cp $R/builtin_baselines_cache.json "$OUT/builtin/baselines.json"
-    [ -f $R/builtin_lint.json ] && [ ! -f "$OUT/builtin/lint.json" ] && cp $R/builtin_lint.json "$OUT/builtin/lint.json"
+    [ -f $R/builtin_baselines_cache.json ] && cp $R/builtin_baselines_cache.json $B/baselines.json
+    [ -f $R/builtin_lint.json ] && cp $R/builtin_lint.json $B/lint.json
     timeout ${LIMIT:-540} python3 -m kernelsmith.cli bench $(python3 -c "import json; rows = [r for r in json.load(open(
       'bench/results/cpu-2026-11-30/builtin_coverage.json')) if r['supported']]; print(' '.join('$KB/' + r['level'] + '/'
       + r['task'] for r in sorted(rows, key=lambda r: (r['level'] != 'level2', r['level'], r['task']))))") \
-      --backend builtin --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out "$OUT/builtin" 2>&1 | grep -v Warning | tail -30 ;;
-  probe-throw)  # does a failing TORCH_CHECK in a CUDA extension raise, with and without cuBLAS linked?
-    for kind in cpu plain cublas; do timeout 200 python3 bench/probes/throw_probe.py $kind 2>&1 | tail -3; echo "$kind rc=$?"; done ;;
+      --backend builtin --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out $B 2>&1 | grep -v Warning | tail -60
+    for f in rows.jsonl lint.json baselines.json; do [ -f $B/$f ] && cp $B/$f "$OUT/builtin/$f"; done ;;
+  probe-throw)  # does a failing TORCH_CHECK raise? our builds, torch's load_inline, and a native stack (all in throw.log)
+    { python3 bench/probes/throw_probe.py env
+      for kind in cpu plain inline-check inline-throw; do
+        timeout 200 python3 bench/probes/throw_probe.py $kind 2>&1 | grep -v "^Extension modules" | tail -6; echo "$kind rc=$?"
+      done
+      if command -v gdb >/dev/null; then timeout 200 gdb -batch -ex run -ex bt --args python3 bench/probes/throw_probe.py cpu 2>&1 | tail -40; fi
+    } > "$OUT/throw.log" 2>&1; tail -30 "$OUT/throw.log" ;;
   probe-gemm)  # the policy's cuBLAS matmul against torch.mm in one process (why 3-5% slower?)
     timeout 300 python3 bench/probes/gemm_probe.py 2>&1 | tee "$OUT/gemm_probe.log" | tail -20 ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)

@@ -1,18 +1,22 @@
-"""Does a failing TORCH_CHECK in a CUDA extension raise RuntimeError or crash? (device probe)
+"""Does a failing TORCH_CHECK in an extension raise RuntimeError or crash? (device probe)
 
-    python3 bench/probes/throw_probe.py plain|cublas|cpu   -> builds, calls with a bad shape, prints the outcome
+    python3 bench/probes/throw_probe.py KIND   -> builds, calls with a bad shape, prints the outcome
 
-plain and cublas crashed with SIGSEGV on the H200 machine (2026-11-30) and raise on our CPU box;
-cpu (no .cu, a CPU build on the device) tells the device's toolchain apart from the CUDA link.
+KIND: plain | cublas | cpu      our harness build (cpu: no .cu at all)
+      inline-check | inline-throw   torch's own load_inline, a failing TORCH_CHECK or a plain
+                                    `throw std::runtime_error`: crashes there too mean the device's
+                                    torch and compiler disagree, not our build
+      env                           the compiler, the ABI flag and the torch build
+plain, cublas and cpu crashed with SIGSEGV on the H200 machine (2026-11-30) and raise on our CPU box.
 """
 import faulthandler
+import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
 import torch
-
-from kernelsmith.harness import build
 
 CU = """#include <cuda_runtime.h>
 extern "C" int k_launch(const float* x, float* y, int n, cudaStream_t s) { return 0; }
@@ -20,29 +24,60 @@ extern "C" int k_launch(const float* x, float* y, int n, cudaStream_t s) { retur
 CUBLAS = """#include <cublas_v2.h>
 extern "C" int k_handle() { cublasHandle_t h; return (int)cublasCreate(&h); }
 """
-BINDING = """#include <torch/extension.h>
-#include "binding_registry.h"
-torch::Tensor f(torch::Tensor x, int64_t config) {
+CHECK = """torch::Tensor f(torch::Tensor x, int64_t config) {
   TORCH_CHECK((x.sizes().vec() == std::vector<int64_t>{8, 512}), "f: input x must have shape [8, 512], got ", x.sizes());
   return x;
 }
-REGISTER_BINDING(f, f);
+"""
+THROW = """torch::Tensor f(torch::Tensor x, int64_t config) {
+  if (x.size(0) != 8) throw std::runtime_error("f: plain runtime_error");
+  return x;
+}
 """
 
-faulthandler.enable()  # the Python stack at a crash
-kind = sys.argv[1]
-root = Path(tempfile.mkdtemp())
-(root / "kernels").mkdir()
-if kind != "cpu":
-    (root / "kernels" / "k.cu").write_text(CU)
-(root / "kernels" / "k_binding.cpp").write_text(BINDING)
-if kind == "cublas":
-    (root / "kernels" / "h.cu").write_text(CUBLAS)
-device = "cpu" if kind == "cpu" else "cuda"
-result = build.build(root / "kernels", device, build_dir=root / "build")
-print(kind, "built", result.ok, result.summary, flush=True)
-ext = build.import_extension(result.so_path, result.name)
-try:
-    ext.f(torch.zeros(4, 512, device=device), 0)
-except RuntimeError as err:
-    print(kind, "RAISED", str(err).splitlines()[0], flush=True)
+
+def harness_ext(kind: str, root: Path):
+    from kernelsmith.harness import build
+    (root / "kernels").mkdir()
+    if kind != "cpu":
+        (root / "kernels" / "k.cu").write_text(CU)
+    (root / "kernels" / "k_binding.cpp").write_text(
+        '#include <torch/extension.h>\n#include "binding_registry.h"\n' + CHECK + "REGISTER_BINDING(f, f);\n")
+    if kind == "cublas":
+        (root / "kernels" / "h.cu").write_text(CUBLAS)
+    result = build.build(root / "kernels", "cpu" if kind == "cpu" else "cuda", build_dir=root / "build")
+    print(kind, "built", result.ok, result.summary, flush=True)
+    return build.import_extension(result.so_path, result.name)
+
+
+def inline_ext(kind: str, root: Path):
+    from torch.utils.cpp_extension import load_inline
+    body = CHECK if kind == "inline-check" else THROW
+    return load_inline(kind.replace("-", "_"), cpp_sources=[body], functions=["f"], build_directory=str(root),
+                       verbose=True)
+
+
+def env() -> None:
+    print("python", sys.version.split()[0], sysconfig.get_config_var("CC"))
+    print("torch", torch.__version__, "cxx11 abi", torch._C._GLIBCXX_USE_CXX11_ABI)
+    print("\n".join(torch.__config__.show().splitlines()[:8]))
+    for cmd in (["c++", "--version"], ["gcc", "--version"], ["ldd", "--version"], ["which", "gdb"]):
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        print("$", *cmd, "->", (done.stdout or done.stderr).splitlines()[:1])
+
+
+def main(kind: str) -> None:
+    if kind == "env":
+        return env()
+    faulthandler.enable()  # the Python stack at a crash
+    root = Path(tempfile.mkdtemp())
+    ext = inline_ext(kind, root) if kind.startswith("inline") else harness_ext(kind, root)
+    device = "cuda" if kind in ("plain", "cublas") else "cpu"
+    try:
+        ext.f(torch.zeros(4, 512, device=device), 0)
+    except RuntimeError as err:
+        print(kind, "RAISED", str(err).splitlines()[0], flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
