@@ -53,13 +53,18 @@ case "$STEP" in
       + r['task'] for r in sorted(rows, key=lambda r: (r['level'] != 'level2', r['level'], r['task']))))") \
       --backend builtin --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out $B 2>&1 | grep -v Warning | tail -60
     for f in rows.jsonl lint.json baselines.json; do [ -f $B/$f ] && cp $B/$f "$OUT/builtin/$f"; done ;;
-  probe-throw)  # does a failing TORCH_CHECK raise? our builds, torch's load_inline, and a native stack (all in throw.log)
+  probe-throw)  # does a failing TORCH_CHECK raise? torch alone, our builds, torch's load_inline, other compilers,
+                # stack traces off, and cuda-gdb's native stack at the crash (all in throw.log)
     { python3 bench/probes/throw_probe.py env
-      for kind in cpu plain inline-check inline-throw; do
-        timeout 200 python3 bench/probes/throw_probe.py $kind 2>&1 | grep -v "^Extension modules" | tail -6; echo "$kind rc=$?"
-      done
-      if command -v gdb >/dev/null; then timeout 200 gdb -batch -ex run -ex bt --args python3 bench/probes/throw_probe.py cpu 2>&1 | tail -40; fi
-    } > "$OUT/throw.log" 2>&1; tail -30 "$OUT/throw.log" ;;
+      probe() { timeout 200 python3 bench/probes/throw_probe.py "$1" 2>&1 | grep -v "^Extension modules" | tail -6; echo "$1 ${2:-} rc=$?"; }
+      probe torch-op; probe cpu; probe plain; probe inline-check; probe inline-throw
+      CXX=/usr/bin/c++ KERNELSMITH_PCH=0 probe inline-check "CXX=/usr/bin/c++"
+      CXX=/usr/bin/c++ KERNELSMITH_PCH=0 probe cpu "CXX=/usr/bin/c++"
+      TORCH_SHOW_CPP_STACKTRACES=0 probe inline-check "TORCH_SHOW_CPP_STACKTRACES=0"
+      if command -v cuda-gdb >/dev/null; then
+        timeout 240 cuda-gdb -batch -ex run -ex bt --args python3 bench/probes/throw_probe.py inline-check 2>&1 | tail -40
+      fi
+    } > "$OUT/throw.log" 2>&1; tail -40 "$OUT/throw.log" ;;
   probe-gemm)  # the policy's cuBLAS matmul against torch.mm in one process (why 3-5% slower?)
     timeout 300 python3 bench/probes/gemm_probe.py 2>&1 | tee "$OUT/gemm_probe.log" | tail -20 ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)

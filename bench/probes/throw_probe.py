@@ -6,10 +6,16 @@ KIND: plain | cublas | cpu      our harness build (cpu: no .cu at all)
       inline-check | inline-throw   torch's own load_inline, a failing TORCH_CHECK or a plain
                                     `throw std::runtime_error`: crashes there too mean the device's
                                     torch and compiler disagree, not our build
-      env                           the compiler, the ABI flag and the torch build
-plain, cublas and cpu crashed with SIGSEGV on the H200 machine (2026-11-30) and raise on our CPU box.
+      torch-op                      a failing torch op, no extension at all
+      env                           the compilers, the ABI flag and the torch build
+On the H200 machine (2026-11-30) plain, cpu and inline-check crash with SIGSEGV, and inline-throw
+raises: only a c10::Error crashes, and torch's own load_inline crashes too. c10::Error's
+constructor walks the whole native stack for its backtrace (pytorch#117645: a segfault in
+linear_search_fdes there), a plain throw does not. The machine builds extensions with
+CXX=/opt/gcc/bin/g++, while torch was built with GCC 13.3; device.sh also tries CXX=/usr/bin/c++.
 """
 import faulthandler
+import os
 import subprocess
 import sys
 import sysconfig
@@ -61,7 +67,10 @@ def env() -> None:
     print("python", sys.version.split()[0], sysconfig.get_config_var("CC"))
     print("torch", torch.__version__, "cxx11 abi", torch._C._GLIBCXX_USE_CXX11_ABI)
     print("\n".join(torch.__config__.show().splitlines()[:8]))
-    for cmd in (["c++", "--version"], ["gcc", "--version"], ["ldd", "--version"], ["which", "gdb"]):
+    cxx = os.environ.get("CXX", "c++")
+    print("CXX", cxx, "TORCH_SHOW_CPP_STACKTRACES", os.environ.get("TORCH_SHOW_CPP_STACKTRACES"))
+    for cmd in ([cxx, "--version"], ["c++", "--version"], ["ld", "--version"], ["ldd", "--version"],
+                ["which", "cuda-gdb"]):
         done = subprocess.run(cmd, capture_output=True, text=True)
         print("$", *cmd, "->", (done.stdout or done.stderr).splitlines()[:1])
 
@@ -70,6 +79,12 @@ def main(kind: str) -> None:
     if kind == "env":
         return env()
     faulthandler.enable()  # the Python stack at a crash
+    if kind == "torch-op":
+        try:
+            torch.mm(torch.zeros(2, 3), torch.zeros(4, 5))
+        except RuntimeError as err:
+            print(kind, "RAISED", str(err).splitlines()[0], flush=True)
+        return
     root = Path(tempfile.mkdtemp())
     ext = inline_ext(kind, root) if kind.startswith("inline") else harness_ext(kind, root)
     device = "cuda" if kind in ("plain", "cublas") else "cpu"
