@@ -171,6 +171,9 @@ def apply_profile(prof: dict, result: EvalResult) -> None:
     result.speedup_vs_eager = eager["median"] / cand["median"] if cand["median"] > 0 else None
     result.roofline = prof.get("roofline", {})
     result.seconds["profile_runs"] = cand["n"]
+    watch = prof.get("op_watch", "native")
+    if watch != "native":
+        result.notes.append(f"timed runs watched by the {watch}: the candidate's times include its host cost")
     for violation in prof.get("violations", []):
         if violation not in result.violations:
             result.violations.append(violation)

@@ -172,3 +172,74 @@ def test_input_pool_never_repeats_values(task_dir, monkeypatch, large):
         assert x.data_ptr() in {s[0].data_ptr() for s in pool.slots}
     assert len(seen) == 40
     assert torch.allclose(pool.slots[0][0], first, rtol=0.02)  # the distribution is kept
+
+
+def test_torch_compute_only_while_no_dispatch_mode_watches_is_caught(candidate, run_eval):
+    """Timed runs are watched natively, not by the Python mode: hiding from the mode is not enough."""
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                if torch._C._len_torch_dispatch_stack() == 0:   # no Python dispatch mode: not watched?
+                    return x * 2.0 + self.bias
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=30)
+    assert not result.clean
+    assert any("torch compute" in v and "timed runs" in v and "aten::mul" in v for v in result.violations), \
+        result.violations
+
+
+def test_honest_kernel_is_timed_under_the_native_watch(candidate, run_eval):
+    result = run_eval(candidate(HONEST), profile=True, min_runs=30)
+    assert result.clean, result.error
+    assert not any("watched by" in note for note in result.notes), result.notes
+
+
+def test_without_the_native_watch_the_python_mode_still_catches_torch_compute(candidate, run_eval, monkeypatch):
+    monkeypatch.setenv("KERNELSMITH_OP_WATCH", "python")
+    honest = run_eval(candidate(HONEST), profile=True, min_runs=20)
+    assert honest.clean, honest.error
+    assert any("watched by the python dispatch mode" in note for note in honest.notes), honest.notes
+    cheat = run_eval(candidate('''
+        _calls = [0]
+
+        class ModelNew(Base):
+            def forward(self, x):
+                _calls[0] += 1
+                if _calls[0] > 8:
+                    return x * 2.0 + self.bias
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=20)
+    assert any("torch compute" in v for v in cheat.violations), cheat.violations
+
+
+def test_turning_record_function_off_while_timed_is_caught(candidate, run_eval):
+    """The native watch hears ops through RecordFunction; switching it off around torch compute is seen."""
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                if torch._C._len_torch_dispatch_stack() == 0:
+                    torch.autograd._enable_record_function(False)
+                    try:
+                        return x * 2.0 + self.bias
+                    finally:
+                        torch.autograd._enable_record_function(True)
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=20)
+    assert not result.clean
+    assert any("blinded the harness's native op watch" in v for v in result.violations), result.violations
+
+
+def test_clearing_record_function_callbacks_is_caught(candidate, run_eval):
+    result = run_eval(candidate('''
+        import torch._C._autograd as _ag
+
+        class ModelNew(Base):
+            def forward(self, x):
+                if torch._C._len_torch_dispatch_stack() == 0:
+                    _ag._clear_callbacks()
+                    return x * 2.0 + self.bias
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=20)
+    assert not result.clean
+    joined = " | ".join(result.violations)
+    assert "blinded the harness's native op watch" in joined and "stopped seeing ops" in joined, joined

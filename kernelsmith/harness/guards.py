@@ -76,6 +76,11 @@ PROFILER_ALLOWED = ALLOWED_OPS | frozenset({
 })
 
 
+def forbidden_profiled_op(name: str) -> bool:
+    """An op name as RecordFunction reports it ('aten::add_') that computes."""
+    return name.startswith("aten::") and name[6:].split(".")[0] not in PROFILER_ALLOWED
+
+
 class ProfiledOps:
     """Second, C++-level recorder: torch's profiler (RecordFunction) sees every dispatcher op,
     also those run after the Python dispatch mode was popped or disabled."""
@@ -99,9 +104,8 @@ class ProfiledOps:
             self.broken = f"the harness's op profiler was stopped or broken during forward ({type(err).__name__})"
             return False
         for event in events:
-            name = event.name
-            if name.startswith("aten::") and name[6:].split(".")[0] not in PROFILER_ALLOWED:
-                self.forbidden[name] = self.forbidden.get(name, 0) + 1
+            if forbidden_profiled_op(event.name):
+                self.forbidden[event.name] = self.forbidden.get(event.name, 0) + 1
         return False
 
     def violation(self) -> str | None:

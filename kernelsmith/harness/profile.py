@@ -3,8 +3,9 @@
 run_profile times the candidate and the eager reference in alternating random
 order, each run on fresh input contents, after an L2 flush and a persisting-L2
 reset, with CUDA events checked against the host clock. It re-checks the
-candidate's outputs at random timed runs, with the dispatch recorder on for
-every candidate call (so a candidate cannot behave differently when timed).
+candidate's outputs at random timed runs. Every candidate call is watched for torch
+compute: the warm-up by the Python dispatch recorder, the timed runs by the native op
+watch (op_watch.py), armed outside the timed interval, so watching costs no timed time.
 
 run_baselines times eager and torch.compile (default, max-autotune-no-cudagraphs)
 in a worker that never imports candidate code; the parent caches the result per
@@ -14,11 +15,12 @@ task, GPU, torch version and precision.
 from __future__ import annotations
 
 import random
+from contextlib import nullcontext
 
 import torch
 
 from kernelsmith.harness import compare as cmp
-from kernelsmith.harness import guards, lint, loading, roofline
+from kernelsmith.harness import guards, lint, loading, op_watch, roofline
 from kernelsmith.harness.timing import Clocks, L2Flusher, gpu_lock, summarize
 
 POOL_SETS = 4
@@ -69,8 +71,11 @@ def _budget(job: dict) -> tuple[int, float]:
 
 
 def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flusher,
-               min_runs: int, min_seconds: float, on_run=None) -> dict:
-    """Time every contender round-robin in random order until the budget is met."""
+               min_runs: int, min_seconds: float, on_run=None, watches: dict | None = None) -> dict:
+    """Time every contender round-robin in random order until the budget is met.
+
+    watches[name], a context manager, is entered before that contender's timed call and left
+    after it: outside the timed interval, so watching costs the contender no time."""
     samples = {name: {"device": [], "full": [], "host": []} for name in contenders}
     order = list(contenders)
     rng = random.Random(len(order))
@@ -80,7 +85,8 @@ def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flu
         for name in order:
             inputs = pool.next()
             flusher.flush()
-            dev_ms, full_ms, host_ms, out = clocks.time_call(contenders[name], inputs)
+            with (watches or {}).get(name) or nullcontext():
+                dev_ms, full_ms, host_ms, out = clocks.time_call(contenders[name], inputs)
             samples[name]["device"].append(dev_ms)
             samples[name]["full"].append(full_ms)
             samples[name]["host"].append(host_ms)
@@ -133,6 +139,7 @@ def run_profile(job: dict) -> dict:
     device, precision = job["device"], job["precision"]
     guards.set_precision_flags(precision)
     clocks = Clocks(device)
+    tripwires = op_watch.Tripwires()  # before the candidate can take references to the originals
     process_guard = guards.ProcessGuard()
     task = loading.load_module(job["reference"], "ks_reference")
     candidate_module = loading.load_module(job["candidate"], "ks_candidate")
@@ -142,20 +149,24 @@ def run_profile(job: dict) -> dict:
     loading.load_weights(model, reference)
     pool = InputPool(task, _seeds(job), device, precision)
     recorder = guards.OpRecorder()
+    native, why_not = op_watch.open_watch()
     eager = _no_grad(reference)
 
-    def candidate(*args):
+    def watched(*args):  # warm-up, and the timed runs when there is no native watch
         with torch.no_grad(), recorder:
             return model(*args)
 
+    candidate = _no_grad(model) if native else watched
     with gpu_lock(device):
         flusher = L2Flusher(device)
-        warm_s = {"candidate": _warm(candidate, pool, clocks), "eager": _warm(eager, pool, clocks)}
+        warm_s = {"candidate": _warm(watched, pool, clocks), "eager": _warm(eager, pool, clocks)}
         checks = SpotChecker(eager, precision, random.Random(job["seed"]), *_budget(job))
         samples = interleave({"candidate": candidate, "eager": eager}, pool, clocks, flusher,
-                             *_budget(job), on_run=checks.maybe_check)
-    violations = _profile_violations(recorder, samples, checks, device) + process_guard.violations()
+                             *_budget(job), on_run=checks.maybe_check, watches={"candidate": native})
+    violations = _profile_violations([recorder, native, tripwires], samples, checks, device) \
+        + process_guard.violations()
     return {
+        "op_watch": "native" if native else f"python dispatch mode ({why_not})",
         **_platform(device),
         "timings": {name: summarize(s["device"]) for name, s in samples.items()},
         "host_timings": {name: summarize(s["host"]) for name, s in samples.items()},
@@ -164,8 +175,8 @@ def run_profile(job: dict) -> dict:
     }
 
 
-def _profile_violations(recorder, samples, checks, device) -> list[str]:
-    found = [v for v in (recorder.violation(), checks.failure) if v]
+def _profile_violations(watches, samples, checks, device) -> list[str]:
+    found = [v for v in [w.violation() for w in watches if w] + [checks.failure] if v]
     if device == "cuda":
         found += [f"{name}: {msg}" for name, s in samples.items() if (msg := clock_disagreement(s))]
         found += [msg for msg in [side_stream_violation(samples)] if msg]
