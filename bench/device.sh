@@ -65,7 +65,7 @@ case "$STEP" in
         timeout 240 cuda-gdb -batch -ex run -ex bt --args python3 bench/probes/throw_probe.py inline-check 2>&1 | tail -40
       fi
     } > "$OUT/throw.log" 2>&1; tail -40 "$OUT/throw.log" ;;
-  probe-gemm)  # the policy's cuBLAS matmul against torch.mm in one process (why 3-5% slower?)
+  probe-gemm)  # the policy's cuBLAS matmul against torch.mm in one process, bare and as harness v1 and v2 time it
     timeout 300 python3 bench/probes/gemm_probe.py 2>&1 | tee "$OUT/gemm_probe.log" | tail -20 ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)
     timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --modes default --workers 2 --deadline 480 \
