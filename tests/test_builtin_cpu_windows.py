@@ -30,6 +30,10 @@ CASES = {  # module, input shape
     "masked_cumsum": ("MaskedCumsum((3, 70))", (3, 70)),  # a bool buffer read as 0 or 1
     "conv_softmax": ("ConvSoftmax()", (2, 3, 7, 6)),  # two kernels: the conv's bias moves into the softmax
     "float_input": ("Scaled()", (4, 33), 0.75),  # forward(x, s) with s a Python float, passed by value
+    # normalisations in training mode, with intermediates recomputed instead of stored (remat.py)
+    "group_norm": ("nn.GroupNorm(3, 6)", (2, 6, 5, 4)),
+    "batch_norm": ("nn.BatchNorm2d(4)", (3, 4, 5, 6)),
+    "instance_norm": ("nn.InstanceNorm2d(4)", (2, 4, 7, 5)),
 }
 
 MODULES = """
@@ -99,7 +103,6 @@ def _build_all(root: Path):
         (root / name).mkdir()
         plan = build_plan(_task(root / name, module, shape, *floats), "cpu", "fp32")
         assert not plan.unsupported, plan.unsupported
-        assert all(isinstance(step, Group) for step in plan.plan.steps), "views between kernels: not handled here"
         for j, group in enumerate(plan.plan.groups()):
             group.name = f"c{i}_{j}_{group.kind}"
             made = cpu_gen.generate(group, plan.plan.values)
@@ -125,11 +128,15 @@ def _inputs(module, plan, forward_args) -> dict:
 
 
 def _run(ext, plan, args: dict, config: int) -> torch.Tensor:
-    """The plan's kernels in order, each at `config` (every CPU kernel has the same schedules)."""
+    """The plan's views and kernels in order, each kernel at `config` (every CPU kernel has the
+    same schedules)."""
     values = dict(args)
-    for group in plan.groups():
-        got = getattr(ext, group.name)(*[values[v.name] for v in group.inputs], config)
-        values.update(zip([o.name for o in group.outputs], [got] if len(group.outputs) == 1 else got))
+    for step in plan.prelude + plan.steps:
+        if not isinstance(step, Group):  # a view, as model_new.py takes it
+            values[step.out.name] = eval(step.expr.format(x="source"), {"source": values[step.source], "torch": torch})
+            continue
+        got = getattr(ext, step.name)(*[values[v.name] for v in step.inputs], config)
+        values.update(zip([o.name for o in step.outputs], [got] if len(step.outputs) == 1 else got))
     return values[plan.outputs[0]]
 
 

@@ -59,14 +59,24 @@ def test_linear_becomes_a_transposed_gemm_with_its_epilogue(tmp_path):
     assert [o.name for o in gemm.outputs] == p.outputs
 
 
-def test_a_value_read_by_two_kernels_is_written_out_once(tmp_path):
+def test_a_value_read_by_two_kernels_is_recomputed_not_stored(tmp_path):
     p = plan_of(tmp_path, "", "y = torch.exp(x)\nreturn torch.softmax(y, dim=1), y.sum(dim=0)",
                 "[torch.randn(8, 32)]")
     softmax, column_sum = p.groups()
     assert softmax.reduce == "softmax" and names(softmax.prologue) == ["exp"]
-    assert [o.name for o in softmax.outputs] == ["exp", "_softmax"]  # exp leaves for the other reader
-    assert column_sum.reduce == "sum" and column_sum.inputs[0].name == "exp"
+    assert [o.name for o in softmax.outputs] == ["_softmax"]  # exp is not written out...
+    assert column_sum.reduce == "sum" and names(column_sum.prologue) == ["exp"]  # ...the second kernel makes it
+    assert [v.source for v in column_sum.inputs] == ["x0"]
     assert (column_sum.outer, column_sum.size, column_sum.inner) == (1, 8, 32)
+
+
+def test_without_remat_a_value_read_by_two_kernels_is_written_out_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELSMITH_REMAT", "0")
+    p = plan_of(tmp_path, "", "y = torch.exp(x)\nreturn torch.softmax(y, dim=1), y.sum(dim=0)",
+                "[torch.randn(8, 32)]")
+    softmax, column_sum = p.groups()
+    assert [o.name for o in softmax.outputs] == ["exp", "_softmax"]  # exp leaves for the other reader
+    assert column_sum.reduce == "sum" and column_sum.inputs[0].name == "exp" and not column_sum.prologue
 
 
 def test_max_over_a_dim_becomes_amax_and_argmax(tmp_path):
@@ -193,6 +203,24 @@ def test_batch_norm_in_training_is_planned_as_reductions_and_a_pointwise_kernel(
     assert not p.unsupported
     kinds = [g.kind for g in p.groups()]
     assert kinds.count("reduction") == 4 and kinds[-1] == "pointwise"  # mean, var: spatial then batch each
+    # x - mean is recomputed where it is read, never stored: the only full-size write is the result
+    full = (4, 8, 6, 5)
+    assert [o.name for g in p.groups() for o in g.outputs if o.shape == full] == p.outputs
+    assert all(v.shape != full or v.source == "x0" for g in p.groups() for v in g.inputs)
+
+
+def test_group_norm_writes_only_its_result_and_reads_the_input_three_times(tmp_path):
+    """Unfused, GroupNorm's mean kernel writes x - mean and its square for the variance kernel,
+    which writes the normalised value for the affine kernel. Recomputed, the mean and variance
+    kernels only read x, and only the last two kernels write anything full-size."""
+    p = plan_of(tmp_path, "self.gn = nn.GroupNorm(4, 8)", "return self.gn(x)", "[torch.randn(2, 8, 5, 6)]")
+    assert not p.unsupported
+    mean, var = [g for g in p.groups() if g.kind == "reduction"]
+    assert not mean.broadcast_epilogue and [o.shape for o in mean.outputs] == [mean.result_shape]
+    assert names(var.prologue)[:1] == ["sub"] and var.operand in {op.out for op in var.prologue}
+    assert all(v.numel == 2 * 8 * 5 * 6 or v.numel < 100 for v in var.inputs)
+    full_reads = [v.name for g in p.groups() for v in g.inputs if v.numel == 2 * 8 * 5 * 6]
+    assert len(full_reads) == 3, full_reads  # mean, variance, and the normalisation's own read
 
 
 def test_captures_on_several_threads_at_once_all_succeed(tmp_path):

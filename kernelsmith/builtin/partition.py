@@ -12,9 +12,10 @@ outside its group (or forward's return) reads it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
-from kernelsmith.builtin import lowering
+from kernelsmith.builtin import lowering, remat
 from kernelsmith.builtin.access import broadcastable
 from kernelsmith.builtin.graph import Graph, Node
 from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, ConvGroup, GemmGroup, Group, Op, Plan, PointwiseGroup,
@@ -36,6 +37,7 @@ class Partitioner:
     reduced: dict[int, set] = field(default_factory=dict)  # reduction step -> values at the reduced shape
     prelude: list = field(default_factory=list)  # views of external values, taken first in forward
     views: dict[str, ViewStep] = field(default_factory=dict)
+    remat: bool = True  # recompute full-size values in the kernels that read them (remat.py)
 
     def __post_init__(self):
         self.values = self.graph.values()
@@ -46,7 +48,10 @@ class Partitioner:
         try:
             for node in _fold_multi_output(self.graph.nodes):
                 self.add(node)
+            if self.remat:
+                remat.rematerialize(self)
             self.mark_outputs()
+            remat.drop_empty(self.steps)
         except Unsupported as err:
             plan.unsupported.append(str(err))
         return plan
@@ -318,13 +323,13 @@ class Partitioner:
             raise Unsupported(f"{node.target} on {dtype} (only float32 kernels are generated yet)")
 
     def mark_outputs(self) -> None:
-        """A value leaves its kernel when another step or forward's return reads it."""
+        """A value leaves its kernel when another kernel takes it as an input, a view between
+        kernels reads it, or forward returns it."""
+        read = {v.name for s in self.steps if isinstance(s, Group) for v in s.inputs}
+        read |= {s.source for s in self.steps if isinstance(s, ViewStep)} | set(self.graph.outputs)
         for name, index in self.owner.items():
             step = self.steps[index]
-            if not isinstance(step, Group):
-                continue
-            readers = self.graph.consumers.get(name, [])
-            if any(r == "output" or self.owner.get(r) != index for r in readers):
+            if isinstance(step, Group) and name in read:
                 step.outputs.append(self.values[name])
         for name in self.graph.outputs:
             if name not in self.owner:
@@ -362,4 +367,5 @@ def _fold_multi_output(nodes: list[Node]) -> list[Node]:
 
 
 def plan(graph: Graph) -> Plan:
-    return Partitioner(graph).run()
+    """KERNELSMITH_REMAT=0 keeps every intermediate in memory (to measure what recomputing gains)."""
+    return Partitioner(graph, remat=os.environ.get("KERNELSMITH_REMAT", "1") != "0").run()

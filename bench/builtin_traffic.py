@@ -1,0 +1,51 @@
+"""The built-in policy's planned memory traffic per task, with and without recomputation (remat.py).
+
+    python bench/builtin_traffic.py .shared/kernelbench/level2/21_Conv2d_Add_Scale_Sigmoid_GroupNorm.py ...
+
+An estimate from the plan alone (nothing runs): each kernel reads its tensor inputs once, or
+twice when it makes a second pass over its operand (a broadcast epilogue, softmax), and writes
+its outputs once; fp32. Library kernels (cuBLAS, cuDNN) are counted at their inputs and outputs.
+Prints a markdown table.
+"""
+import argparse
+import os
+import warnings
+from pathlib import Path
+
+warnings.filterwarnings("ignore")
+from kernelsmith.builtin.generate import build_plan  # noqa: E402
+from kernelsmith.builtin.ir import ReductionGroup  # noqa: E402
+
+
+def gib_moved(plan) -> float:
+    total = 0
+    for group in plan.groups():
+        reads = sum(v.numel for v in group.inputs if not v.scalar)
+        two_pass = isinstance(group, ReductionGroup) and (group.broadcast_epilogue or
+                                                          group.reduce in ("softmax", "log_softmax"))
+        total += reads * (2 if two_pass else 1) + sum(o.numel for o in group.outputs)
+    return total * 4 / 2**30
+
+
+def planned(task: Path, remat: bool):
+    os.environ["KERNELSMITH_REMAT"] = "1" if remat else "0"
+    built = build_plan(task, "cuda", "fp32")
+    return (len(built.plan.groups()), gib_moved(built.plan)) if built.plan and not built.unsupported else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("tasks", nargs="+", type=Path)
+    args = parser.parse_args()
+    print("| task | kernels | GiB moved, stored | GiB moved, recomputed | ratio |\n|---|---|---|---|---|")
+    for task in args.tasks:
+        before, after = planned(task, False), planned(task, True)
+        if before is None or after is None:
+            print(f"| {task.stem} | unsupported | | | |")
+            continue
+        print(f"| {task.parent.name}/{task.stem} | {after[0]} | {before[1]:.2f} | {after[1]:.2f} | "
+              f"{after[1] / before[1]:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
