@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelsmith import bench_report
+from kernelsmith import HARNESS_VERSION, bench_report
 from kernelsmith.config import Settings
 from kernelsmith.errors import BadInput, KernelsmithError
 
@@ -68,7 +68,7 @@ def blank_row(path: Path, run: int) -> dict[str, Any]:
     return {"level": level_of(path), "task": path.stem, "path": str(path), "run": run, "status": "pending",
             "correct": False, "speedup_vs_eager": None, "speedup_vs_compile": None, "reward": -1.0, "turns": 0,
             "tokens": {"input": 0, "output": 0}, "cost_usd": 0.0, "wall_s": 0.0, "lint_flags": [], "error": "",
-            "session_id": "", "best_sha": ""}
+            "session_id": "", "best_sha": "", "harness_version": HARNESS_VERSION}
 
 
 class RowLog:

@@ -89,7 +89,8 @@ def summarize_group(rows: list[dict]) -> dict[str, Any]:
                 "not_run": sum(r.get("status") not in COUNTED + ("error",) for r in rows),
                 "median_wall_s": statistics.median(walls) if walls else None,
                 "total_cost_usd": math.fsum(float(r.get("cost_usd") or 0.0) for r in rows),
-                "flagged": sum(bool(r.get("lint_flags")) for r in counted)})
+                "flagged": sum(bool(r.get("lint_flags")) for r in counted),
+                "harness_versions": sorted({str(r.get("harness_version", "1")) for r in counted})})
     return out
 
 
@@ -142,9 +143,12 @@ def summary_table(summary: dict[str, dict]) -> str:
 def notes_line(overall: dict) -> str:
     """Exclusions, flags, time and cost, under the table."""
     wall = "–" if overall["median_wall_s"] is None else f"{overall['median_wall_s']:.0f} s"
+    versions = overall.get("harness_versions") or []
+    mixed = (f" Rows from harness versions {', '.join(versions)}: timings of different versions are not "
+             "measured the same way." if len(versions) > 1 else "")
     return (f"Left out of the rates: {overall['errors']} infrastructure error(s), {overall['not_run']} not run. "
             f"Lint-flagged rows: {overall['flagged']}. Median wall time per row {wall}, "
-            f"total cost ${overall['total_cost_usd']:.2f}.")
+            f"total cost ${overall['total_cost_usd']:.2f}.{mixed}")
 
 
 def method_line(meta: dict) -> str:

@@ -143,3 +143,14 @@ def test_load_rows_from_results_json_or_nothing(tmp_path, monkeypatch):
     br.write_report(tmp_path, sample_rows(), META)
     rows = br.load_rows(tmp_path)
     assert len(rows) == 7 and br.summarize(rows) == br.summarize(sample_rows())
+
+
+def test_rows_of_two_harness_versions_are_called_out_under_the_table():
+    """Harness 2 stopped charging candidates for the Python op recorder: its timings differ."""
+    old = [dict(r, harness_version="1") for r in sample_rows()[:2]]
+    new = [dict(r, task=r["task"] + "_v2", harness_version="2") for r in sample_rows()[:2]]
+    assert "harness versions" not in br.notes_line(br.summarize(new)["overall"])
+    line = br.notes_line(br.summarize(old + new)["overall"])
+    assert "Rows from harness versions 1, 2" in line
+    legacy = br.summarize(sample_rows())["overall"]  # rows written before the field existed count as 1
+    assert legacy["harness_versions"] == ["1"]
