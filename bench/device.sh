@@ -57,7 +57,7 @@ case "$STEP" in
                 # stack traces off, and cuda-gdb's native stack at the crash (all in throw.log)
     { python3 bench/probes/throw_probe.py env
       probe() { timeout 200 python3 bench/probes/throw_probe.py "$1" 2>&1 | grep -v "^Extension modules" | tail -6; echo "$1 ${2:-} rc=$?"; }
-      probe torch-op; probe cpu; probe plain; probe inline-check; probe inline-throw
+      probe torch-op; probe quiet-check; probe cpu; probe plain; probe inline-check; probe inline-throw
       CXX=/usr/bin/c++ KERNELSMITH_PCH=0 probe inline-check "CXX=/usr/bin/c++"
       CXX=/usr/bin/c++ KERNELSMITH_PCH=0 probe cpu "CXX=/usr/bin/c++"
       TORCH_SHOW_CPP_STACKTRACES=0 probe inline-check "TORCH_SHOW_CPP_STACKTRACES=0"

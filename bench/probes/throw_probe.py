@@ -7,6 +7,8 @@ KIND: plain | cublas | cpu      our harness build (cpu: no .cu at all)
                                     `throw std::runtime_error`: crashes there too mean the device's
                                     torch and compiler disagree, not our build
       torch-op                      a failing torch op, no extension at all
+      quiet-check                   inline-check after the harness's op watch extension set an
+                                    empty stack-trace fetcher (c10::SetStackTraceFetcher)
       env                           the compilers, the ABI flag and the torch build
 On the H200 machine (2026-11-30) plain, cpu and inline-check crash with SIGSEGV, and inline-throw
 raises: only a c10::Error crashes, and torch's own load_inline crashes too. c10::Error's
@@ -86,6 +88,12 @@ def main(kind: str) -> None:
             print(kind, "RAISED", str(err).splitlines()[0], flush=True)
         return
     root = Path(tempfile.mkdtemp())
+    if kind == "quiet-check":
+        from kernelsmith.harness import op_watch
+        watch, why = op_watch.load_extension()
+        print(kind, "op watch:", "loaded" if watch else why, flush=True)
+        watch.quiet_backtraces()
+        kind = "inline-check"
     ext = inline_ext(kind, root) if kind.startswith("inline") else harness_ext(kind, root)
     device = "cuda" if kind in ("plain", "cublas") else "cpu"
     try:
