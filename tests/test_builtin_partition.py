@@ -309,3 +309,32 @@ def test_an_epilogue_read_by_something_else_stays_with_the_gemm(tmp_path):
                 "y = torch.sigmoid(self.lin(x))\nreturn y.sum(1), y * 3.0", "[torch.randn(4, 16)]")
     gemm = p.groups()[0]
     assert isinstance(gemm, GemmGroup) and names(gemm.epilogue) == ["sigmoid"]
+
+
+def test_a_reduction_of_an_input_gets_a_prologue_for_what_its_epilogue_recomputes(tmp_path):
+    """The sum's operand stays a plain input while the broadcast epilogue's other operand, made
+    by an earlier kernel, is recomputed in the prologue (the CPU generator once read a prologue
+    variable that did not exist for the operand)."""
+    p = plan_of(tmp_path, "", "w = rest[0] * 2.0\ns = x.sum(-1, keepdim=True)\nreturn w - s",
+                "[torch.randn(4, 6), torch.randn(4, 6)]")
+    (group,) = p.groups()
+    assert group.reduce == "sum" and names(group.prologue) == ["mul"]
+    assert group.operand not in {op.out for op in group.prologue}
+    from kernelsmith.builtin import cpu_gen, cuda_gen
+
+    made = cpu_gen.generate(group, p.values)
+    assert f"acc += v_{group.operand};" not in "".join(made.files.values())
+    cuda_gen.generate(group, p.values)
+
+
+def test_a_value_the_reduced_epilogue_reads_is_not_moved_into_the_prologue(tmp_path):
+    """With the reduced dim of size 1 the result has the operand's shape, and the epilogue may read
+    a full-size value; the epilogue sees no prologue values, so that one stays an input."""
+    p = plan_of(tmp_path, "", "w = rest[0] * 2.0\nreturn x.sum(1, keepdim=True) * w",
+                "[torch.randn(6, 1), torch.randn(6, 1)]")
+    assert not p.unsupported
+    from kernelsmith.builtin import cpu_gen, cuda_gen
+
+    for group in p.groups():
+        cpu_gen.generate(group, p.values)
+        cuda_gen.generate(group, p.values)

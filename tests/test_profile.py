@@ -45,17 +45,20 @@ def test_cache_that_starts_after_verification_is_caught(candidate, run_eval):
     assert any("wrong output at timed run" in v for v in result.violations), result.violations
 
 
-def test_torch_fallback_that_starts_after_verification_is_caught(candidate, run_eval):
-    result = run_eval(candidate('''
-        _calls = [0]
+FALLBACK_AFTER_VERIFY = '''
+_calls = [0]
 
-        class ModelNew(Base):
-            def forward(self, x):
-                _calls[0] += 1
-                if _calls[0] > 8:
-                    return x * 2.0 + self.bias
-                return kernel("axpb", x, self.bias)
-    '''), profile=True, min_runs=30)
+class ModelNew(Base):
+    def forward(self, x):
+        _calls[0] += 1
+        if _calls[0] > 8:
+            return x * 2.0 + self.bias
+        return kernel("axpb", x, self.bias)
+'''
+
+
+def test_torch_fallback_that_starts_after_verification_is_caught(candidate, run_eval):
+    result = run_eval(candidate(FALLBACK_AFTER_VERIFY), profile=True, min_runs=30)
     assert not result.clean
     assert any("torch compute" in v for v in result.violations), result.violations
 
@@ -199,16 +202,7 @@ def test_without_the_native_watch_the_python_mode_still_catches_torch_compute(ca
     honest = run_eval(candidate(HONEST), profile=True, min_runs=20)
     assert honest.clean, honest.error
     assert any("watched by the python dispatch mode" in note for note in honest.notes), honest.notes
-    cheat = run_eval(candidate('''
-        _calls = [0]
-
-        class ModelNew(Base):
-            def forward(self, x):
-                _calls[0] += 1
-                if _calls[0] > 8:
-                    return x * 2.0 + self.bias
-                return kernel("axpb", x, self.bias)
-    '''), profile=True, min_runs=20)
+    cheat = run_eval(candidate(FALLBACK_AFTER_VERIFY), profile=True, min_runs=20)
     assert any("torch compute" in v for v in cheat.violations), cheat.violations
 
 
@@ -226,7 +220,7 @@ def test_turning_record_function_off_while_timed_is_caught(candidate, run_eval):
                 return kernel("axpb", x, self.bias)
     '''), profile=True, min_runs=20)
     assert not result.clean
-    assert any("blinded the harness's native op watch" in v for v in result.violations), result.violations
+    assert any("blinded the harness's op watch" in v for v in result.violations), result.violations
 
 
 def test_clearing_record_function_callbacks_is_caught(candidate, run_eval):
@@ -242,4 +236,37 @@ def test_clearing_record_function_callbacks_is_caught(candidate, run_eval):
     '''), profile=True, min_runs=20)
     assert not result.clean
     joined = " | ".join(result.violations)
-    assert "blinded the harness's native op watch" in joined and "stopped seeing ops" in joined, joined
+    assert "blinded the harness's op watch" in joined and "stopped seeing ops" in joined, joined
+
+
+def test_a_redispatch_below_the_python_key_is_caught(candidate, run_eval):
+    """Redispatching to the CPU kernel skips the dispatch mode and RecordFunction alike."""
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                if torch._C._len_torch_dispatch_stack() == 0:
+                    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+                    y = torch.ops.aten.mul.Scalar.redispatch(keys, x, 2.0)
+                    return torch.ops.aten.add.Tensor.redispatch(keys, y, self.bias)
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=20)
+    assert not result.clean
+    assert any("blinded the harness's op watch" in v and "redispatch" in v for v in result.violations), \
+        result.error
+
+
+def test_disarming_the_watch_from_forward_is_caught(candidate, run_eval):
+    """The watch's extension is importable by name; switching it off from inside is seen."""
+    result = run_eval(candidate('''
+        import sys
+
+        class ModelNew(Base):
+            def forward(self, x):
+                if torch._C._len_torch_dispatch_stack() == 0:
+                    watch = next(m for n, m in list(sys.modules.items()) if n.startswith("ks_") and hasattr(m, "disarm"))
+                    watch.disarm()
+                    return x * 2.0 + self.bias
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=20)
+    assert not result.clean
+    assert any("disarmed or re-armed by someone else" in v for v in result.violations), result.error

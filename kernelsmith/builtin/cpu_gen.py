@@ -117,7 +117,7 @@ def _reduction(group: ReductionGroup, values) -> str:
     inner, size = group.inner, group.size
     element = f"((o * {size}LL + r) * {inner}LL + i)"
     first = _row_prologue(group, values, element)
-    accumulate = _accumulate(group.reduce, f"v_{group.operand}" if group.prologue else first[1])
+    accumulate = _accumulate(group.reduce, first[1])  # the prologue's value, or the loaded input
     lines = [f"    {line}" for line in _init(group.reduce)]
     lines += [f"    for (int64_t r = 0; r < {size}LL; ++r) {{"] + [f"  {ln}" for ln in first[0]]
     lines += [f"      {accumulate}", "    }"]

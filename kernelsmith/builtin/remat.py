@@ -45,6 +45,8 @@ def _absorb(p, index: int, group: Group) -> None:
     space = _space(group)
     chains = {}
     for value in group.inputs:
+        if value.name in _read_at_reduced_shape(group):
+            continue  # (possible when the reduced dims have size 1) the epilogue has no prologue values
         chain = _chain(p, value.name, space)
         if chain is not None:
             chains[value.name] = chain
@@ -64,6 +66,12 @@ def _absorb(p, index: int, group: Group) -> None:
         group.prologue[:0] = front
     group.inputs[:] = [v for v in group.inputs if v.name not in made]
     p.add_inputs(group, list(dict.fromkeys(needs)))
+
+
+def _read_at_reduced_shape(group: Group) -> set[str]:
+    if isinstance(group, ReductionGroup) and group.reduce not in FULL_SHAPE_REDUCTIONS:
+        return {a for op in group.epilogue for a in op.tensor_args()}
+    return set()
 
 
 def _chain(p, name: str, space: tuple) -> tuple[list[Op], list[str]] | None:
@@ -144,12 +152,14 @@ def _drop_dead_ops(p) -> bool:
     read, changed = _read_outside(p), False
     for step in p.steps:
         if isinstance(step, (PointwiseGroup, ReductionGroup)):
-            changed |= _drop_dead(step, read)
+            own = {v.name for v in step.inputs}  # read by this kernel itself: live only if its live ops read them
+            changed |= _drop_dead(step, read - own)
     return changed
 
 
 def _drop_dead(group: Group, read: set[str]) -> bool:
-    live = {v for v in read}
+    """read: the values something other than this kernel reads."""
+    live = set(read)
     if isinstance(group, ReductionGroup):
         live |= {group.operand, group.result}
     phases = [group.body] if isinstance(group, PointwiseGroup) else \

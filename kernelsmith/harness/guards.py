@@ -28,7 +28,7 @@ ALLOWED_OPS = frozenset({
     # allocation and plain initialisation
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
     "zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones",
-    "full", "full_like", "new_full", "zero_", "fill_", "scalar_tensor", "lift_fresh",
+    "full", "full_like", "new_full", "zero_", "fill_", "scalar_tensor", "lift_fresh", "empty_permuted",
     # views and metadata
     "view", "_unsafe_view", "_reshape_alias", "as_strided", "alias", "detach", "expand",
     "permute", "transpose", "t", "squeeze", "unsqueeze", "slice", "select", "narrow",
@@ -77,8 +77,10 @@ PROFILER_ALLOWED = ALLOWED_OPS | frozenset({
 
 
 def forbidden_profiled_op(name: str) -> bool:
-    """An op name as RecordFunction reports it ('aten::add_') that computes."""
-    return name.startswith("aten::") and name[6:].split(".")[0] not in PROFILER_ALLOWED
+    """An op name as RecordFunction reports it ('aten::add_', 'mkldnn::_linear_pointwise') that
+    computes: any operator namespace counts, not only aten."""
+    namespace, sep, op = name.partition("::")
+    return bool(sep) and namespace not in ("profiler",) and op.split(".")[0] not in PROFILER_ALLOWED
 
 
 class ProfiledOps:

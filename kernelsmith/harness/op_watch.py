@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 
 from kernelsmith.harness import build, guards
@@ -24,69 +25,80 @@ from kernelsmith.harness import build, guards
 NATIVE_DIR = Path(__file__).resolve().parent / "native"
 
 
-def _cache_dir() -> Path:
-    return build.user_cache_dir() / "op_watch"
+RETRY_FAILED_BUILD_S = 3600.0  # a failed build (a full disk, a killed compiler) is retried after this
 
 
-def _failure_key() -> str:
-    """A failed build is not retried for the same sources, torch and Python (it costs a compile)."""
+def _identity() -> str:
+    """What the built .so depends on: the source, torch, Python and this machine (-march=native)."""
     import hashlib
+    import platform
     import sys
 
     import torch
 
-    source = hashlib.sha256((NATIVE_DIR / "op_watch.cpp").read_bytes()).hexdigest()[:16]
-    return json.dumps([torch.__version__, sys.version, source])
+    digest = hashlib.sha256((NATIVE_DIR / "op_watch.cpp").read_bytes())
+    digest.update(json.dumps([torch.__version__, sys.version, platform.node(), platform.machine()]).encode())
+    return digest.hexdigest()[:20]
 
 
 def load_extension():
-    """(module, "") or (None, why not): builds on first use, one process at a time."""
+    """(module, "") or (None, why not): builds on first use, one process at a time; any failure
+    (no compiler, an unwritable cache) leaves the Python mode in charge."""
     if os.environ.get("KERNELSMITH_OP_WATCH", "").lower() == "python":
         return None, "KERNELSMITH_OP_WATCH=python"
-    folder = _cache_dir()
+    try:
+        return _load_locked(build.user_cache_dir() / "op_watch" / _identity())
+    except (OSError, ImportError, RuntimeError, build.BuildError) as err:
+        return None, f"the native op watch is unavailable: {type(err).__name__}: {str(err)[:200]}"
+
+
+def _load_locked(folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
-    failed = folder / "failed.json"
+    failed = folder / "failed.txt"
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if failed.is_file() and failed.read_text().startswith(_failure_key()):
-            return None, "an earlier build of the native op watch failed (see " + str(failed) + ")"
+        if failed.is_file() and time.time() - failed.stat().st_mtime < RETRY_FAILED_BUILD_S:
+            return None, f"the native op watch did not build an hour ago or less (see {failed})"
         result = build.build(NATIVE_DIR, "cpu", build_dir=folder / "build")
         if not result.ok:
-            failed.write_text(_failure_key() + "\n" + result.summary)
+            failed.write_text(result.summary)
             return None, "the native op watch did not build: " + result.summary.splitlines()[0][:200]
-    try:
-        return build.import_extension(result.so_path, result.name), ""
-    except ImportError as err:
-        return None, f"the native op watch did not load: {err}"
+        module = build.import_extension(result.so_path, result.name)  # under the lock: no rebuild under us
+    if Path(getattr(module, "__file__", "")).resolve() != Path(result.so_path).resolve():
+        return None, f"the native op watch module is not the one built ({getattr(module, '__file__', '?')})"
+    return module, ""
 
 
 class NativeOpWatch:
-    """Arm around each watched call (outside the timed interval); read the verdict at the end."""
+    """Arm around each watched call (outside the timed interval); read the verdict at the end.
+    Holds its own references to the extension's functions, taken before candidate code runs."""
 
     def __init__(self, ext):
-        self.ext = ext
+        self._arm, self._disarm = ext.arm, ext.disarm
         self.forbidden: dict[str, int] = {}
-        self.blind = 0
-        self.runs = 0
+        self.blind = self.tampered = self.runs = 0
+        self.expected_arms: int | None = None
 
     def __enter__(self):
-        self.ext.arm()
+        arms = self._arm()
+        self.expected_arms = arms if self.expected_arms is None else self.expected_arms + 1
         return self
 
     def __exit__(self, *exc):
-        self.ext.disarm()
+        ops, blind, arms, was_armed = self._disarm()
         self.runs += 1
-        self._collect()
-        return False
-
-    def _collect(self) -> None:
-        ops, blind = self.ext.take()
-        self.blind += blind
+        self.blind += bool(blind)
+        self.tampered += (not was_armed) or arms != self.expected_arms
+        self.expected_arms = arms
         for name, count in ops:
             if guards.forbidden_profiled_op(name):
                 self.forbidden[name] = self.forbidden.get(name, 0) + count
+        return False
 
     def violation(self) -> str | None:
+        if self.tampered:
+            return (f"the harness's native op watch was disarmed or re-armed by someone else in {self.tampered} "
+                    f"of {self.runs} timed runs")
         if self.blind:
             return (f"the harness's native op watch stopped seeing ops in {self.blind} of {self.runs} timed runs "
                     "(RecordFunction turned off or its callbacks cleared)")
@@ -106,20 +118,36 @@ def open_watch() -> tuple[NativeOpWatch | None, str]:
 # clears the callbacks, or a wrapper put back by the candidate, is a violation. (C++ can do the
 # same directly; that is a deliberate attack on the harness, see docs/eval-methodology.md.)
 TRIPWIRES = (("torch._C._autograd", "_enable_record_function"), ("torch.autograd", "_enable_record_function"),
-             ("torch._C._autograd", "_clear_callbacks"))
+             ("torch._C._autograd", "_clear_callbacks"),
+             # a redispatch below the Python key skips the dispatch mode and RecordFunction alike
+             ("torch._ops.OpOverload", "redispatch"), ("torch._C._DispatchOperatorHandle", "redispatch_boxed"))
+
+
+def _resolve(dotted: str):
+    """A module, or a class inside one ('torch._ops.OpOverload'); None when it does not exist."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            target = getattr(target, attr, None)
+        return target
+    return None
 
 
 class Tripwires:
     """Installed before the candidate is imported: wrappers that note every blinding call."""
 
     def __init__(self):
-        import importlib
-
         self.calls: list[str] = []
         self.installed: list[tuple[object, str, object]] = []
         for module_name, attr in TRIPWIRES:
-            module = importlib.import_module(module_name)
-            original = getattr(module, attr, None)
+            module = _resolve(module_name)
+            original = getattr(module, attr, None) if module is not None else None
             if original is not None:
                 wrapper = self._wrap(f"{module_name}.{attr}", original)
                 setattr(module, attr, wrapper)
@@ -138,6 +166,6 @@ class Tripwires:
         if removed:
             return "the harness's RecordFunction tripwires were replaced: " + ", ".join(removed)
         if self.calls:
-            return ("forward blinded the harness's native op watch: "
+            return ("the candidate blinded the harness's op watch: "
                     + ", ".join(sorted(set(self.calls))) + f" ({len(self.calls)} call(s))")
         return None

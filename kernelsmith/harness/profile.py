@@ -140,6 +140,7 @@ def run_profile(job: dict) -> dict:
     guards.set_precision_flags(precision)
     clocks = Clocks(device)
     tripwires = op_watch.Tripwires()  # before the candidate can take references to the originals
+    native, why_not = op_watch.open_watch()  # and before it could plant a module of the same name
     process_guard = guards.ProcessGuard()
     task = loading.load_module(job["reference"], "ks_reference")
     candidate_module = loading.load_module(job["candidate"], "ks_candidate")
@@ -149,7 +150,6 @@ def run_profile(job: dict) -> dict:
     loading.load_weights(model, reference)
     pool = InputPool(task, _seeds(job), device, precision)
     recorder = guards.OpRecorder()
-    native, why_not = op_watch.open_watch()
     eager = _no_grad(reference)
 
     def watched(*args):  # warm-up, and the timed runs when there is no native watch

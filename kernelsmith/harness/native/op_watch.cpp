@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -26,13 +27,14 @@ namespace {
 std::mutex g_lock;
 std::map<std::string, int64_t> g_ops;  // op name -> calls while armed
 std::optional<at::CallbackHandle> g_handle;
-std::atomic<bool> g_sentinel{false};   // the next op is the harness's own check
-std::atomic<bool> g_sentinel_seen{false};
-int64_t g_blind = 0;                   // disarms whose check op went unseen
+int64_t g_arms = 0;                    // arm() calls: the harness compares them with its own
+thread_local bool t_sentinel = false;  // the next op on this thread is the harness's own check
+thread_local bool t_sentinel_seen = false;
 
 std::unique_ptr<at::ObserverContext> on_op(const at::RecordFunction& fn) {
-  if (g_sentinel.exchange(false)) {
-    g_sentinel_seen.store(true);
+  if (t_sentinel) {
+    t_sentinel = false;
+    t_sentinel_seen = true;
     return nullptr;
   }
   std::lock_guard<std::mutex> guard(g_lock);
@@ -42,33 +44,36 @@ std::unique_ptr<at::ObserverContext> on_op(const at::RecordFunction& fn) {
 
 }  // namespace
 
-void ks_watch_arm() {
-  if (g_handle) return;
-  g_handle = at::addGlobalCallback(
-      at::RecordFunctionCallback(&on_op).needsInputs(false).scopes({at::RecordScope::FUNCTION}));
+// Installs the callback; returns how many times arm() has been called in this process.
+int64_t ks_watch_arm() {
+  std::lock_guard<std::mutex> guard(g_lock);
+  ++g_arms;
+  if (!g_handle) {
+    g_handle = at::addGlobalCallback(
+        at::RecordFunctionCallback(&on_op).needsInputs(false).scopes({at::RecordScope::FUNCTION}));
+  }
+  return g_arms;
 }
 
-// Proves the watch still sees ops on this thread (a candidate may have cleared the callbacks
-// or turned RecordFunction off), then removes the callback.
-void ks_watch_disarm() {
-  if (!g_handle) return;
-  g_sentinel_seen.store(false);
-  g_sentinel.store(true);
-  { auto probe = at::empty({0}); }
-  g_sentinel.store(false);
-  if (!g_sentinel_seen.load()) ++g_blind;
-  at::removeCallback(*g_handle);
-  g_handle.reset();
-}
-
-// The ops seen since the last call, and how many disarms found the watch blind; both reset.
-std::pair<std::vector<std::pair<std::string, int64_t>>, int64_t> ks_watch_take() {
+// Removes the callback and hands over what it saw: (ops seen since arm, whether the check op on
+// this thread went unseen (RecordFunction turned off or its callbacks cleared), arm() calls so
+// far, whether it was armed at all (someone else may have disarmed it)).
+std::tuple<std::vector<std::pair<std::string, int64_t>>, bool, int64_t, bool> ks_watch_disarm() {
+  const bool was_armed = g_handle.has_value();
+  bool blind = false;
+  if (was_armed) {
+    t_sentinel_seen = false;
+    t_sentinel = true;
+    { auto probe = at::empty({0}); }
+    t_sentinel = false;
+    blind = !t_sentinel_seen;
+    at::removeCallback(*g_handle);
+    g_handle.reset();
+  }
   std::lock_guard<std::mutex> guard(g_lock);
   std::vector<std::pair<std::string, int64_t>> ops(g_ops.begin(), g_ops.end());
   g_ops.clear();
-  const int64_t blind = g_blind;
-  g_blind = 0;
-  return {ops, blind};
+  return {ops, blind, g_arms, was_armed};
 }
 
 // A c10::Error walks the whole native stack for its backtrace when it is made. Where the
@@ -82,4 +87,3 @@ void ks_quiet_backtraces() {
 REGISTER_BINDING(quiet_backtraces, ks_quiet_backtraces);
 REGISTER_BINDING(arm, ks_watch_arm);
 REGISTER_BINDING(disarm, ks_watch_disarm);
-REGISTER_BINDING(take, ks_watch_take);
