@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 
 from conftest import HONEST
@@ -177,15 +179,20 @@ def test_input_pool_never_repeats_values(task_dir, monkeypatch, large):
     assert torch.allclose(pool.slots[0][0], first, rtol=0.02)  # the distribution is kept
 
 
+def only_when_timed(cheat: str, imports: str = "") -> str:
+    """A candidate that is honest while the Python dispatch mode watches it (warm-up and verify)
+    and runs `cheat` (which returns) when no mode is on the stack: in its timed runs."""
+    body = textwrap.indent(textwrap.dedent(cheat).strip(), " " * 12)
+    return (f"{imports}\n\nclass ModelNew(Base):\n    def forward(self, x):\n"
+            f"        if torch._C._len_torch_dispatch_stack() == 0:\n{body}\n"
+            "        return kernel(\"axpb\", x, self.bias)\n")
+
+
 def test_torch_compute_only_while_no_dispatch_mode_watches_is_caught(candidate, run_eval):
     """Timed runs are watched natively, not by the Python mode: hiding from the mode is not enough."""
-    result = run_eval(candidate('''
-        class ModelNew(Base):
-            def forward(self, x):
-                if torch._C._len_torch_dispatch_stack() == 0:   # no Python dispatch mode: not watched?
-                    return x * 2.0 + self.bias
-                return kernel("axpb", x, self.bias)
-    '''), profile=True, min_runs=30)
+    result = run_eval(candidate(only_when_timed('''
+        return x * 2.0 + self.bias
+    ''')), profile=True, min_runs=30)
     assert not result.clean
     assert any("torch compute" in v and "timed runs" in v and "aten::mul" in v for v in result.violations), \
         result.violations
@@ -208,32 +215,22 @@ def test_without_the_native_watch_the_python_mode_still_catches_torch_compute(ca
 
 def test_turning_record_function_off_while_timed_is_caught(candidate, run_eval):
     """The native watch hears ops through RecordFunction; switching it off around torch compute is seen."""
-    result = run_eval(candidate('''
-        class ModelNew(Base):
-            def forward(self, x):
-                if torch._C._len_torch_dispatch_stack() == 0:
-                    torch.autograd._enable_record_function(False)
-                    try:
-                        return x * 2.0 + self.bias
-                    finally:
-                        torch.autograd._enable_record_function(True)
-                return kernel("axpb", x, self.bias)
-    '''), profile=True, min_runs=20)
+    result = run_eval(candidate(only_when_timed('''
+        torch.autograd._enable_record_function(False)
+        try:
+            return x * 2.0 + self.bias
+        finally:
+            torch.autograd._enable_record_function(True)
+    ''')), profile=True, min_runs=20)
     assert not result.clean
     assert any("blinded the harness's op watch" in v for v in result.violations), result.violations
 
 
 def test_clearing_record_function_callbacks_is_caught(candidate, run_eval):
-    result = run_eval(candidate('''
-        import torch._C._autograd as _ag
-
-        class ModelNew(Base):
-            def forward(self, x):
-                if torch._C._len_torch_dispatch_stack() == 0:
-                    _ag._clear_callbacks()
-                    return x * 2.0 + self.bias
-                return kernel("axpb", x, self.bias)
-    '''), profile=True, min_runs=20)
+    result = run_eval(candidate(only_when_timed('''
+        _ag._clear_callbacks()
+        return x * 2.0 + self.bias
+    ''', imports='import torch._C._autograd as _ag')), profile=True, min_runs=20)
     assert not result.clean
     joined = " | ".join(result.violations)
     assert "blinded the harness's op watch" in joined and "stopped seeing ops" in joined, joined
@@ -241,15 +238,11 @@ def test_clearing_record_function_callbacks_is_caught(candidate, run_eval):
 
 def test_a_redispatch_below_the_python_key_is_caught(candidate, run_eval):
     """Redispatching to the CPU kernel skips the dispatch mode and RecordFunction alike."""
-    result = run_eval(candidate('''
-        class ModelNew(Base):
-            def forward(self, x):
-                if torch._C._len_torch_dispatch_stack() == 0:
-                    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-                    y = torch.ops.aten.mul.Scalar.redispatch(keys, x, 2.0)
-                    return torch.ops.aten.add.Tensor.redispatch(keys, y, self.bias)
-                return kernel("axpb", x, self.bias)
-    '''), profile=True, min_runs=20)
+    result = run_eval(candidate(only_when_timed('''
+        keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+        y = torch.ops.aten.mul.Scalar.redispatch(keys, x, 2.0)
+        return torch.ops.aten.add.Tensor.redispatch(keys, y, self.bias)
+    ''')), profile=True, min_runs=20)
     assert not result.clean
     assert any("blinded the harness's op watch" in v and "redispatch" in v for v in result.violations), \
         result.error
@@ -257,16 +250,10 @@ def test_a_redispatch_below_the_python_key_is_caught(candidate, run_eval):
 
 def test_disarming_the_watch_from_forward_is_caught(candidate, run_eval):
     """The watch's extension is importable by name; switching it off from inside is seen."""
-    result = run_eval(candidate('''
-        import sys
-
-        class ModelNew(Base):
-            def forward(self, x):
-                if torch._C._len_torch_dispatch_stack() == 0:
-                    watch = next(m for n, m in list(sys.modules.items()) if n.startswith("ks_") and hasattr(m, "disarm"))
-                    watch.disarm()
-                    return x * 2.0 + self.bias
-                return kernel("axpb", x, self.bias)
-    '''), profile=True, min_runs=20)
+    result = run_eval(candidate(only_when_timed('''
+        watch = next(m for n, m in list(sys.modules.items()) if n.startswith("ks_") and hasattr(m, "disarm"))
+        watch.disarm()
+        return x * 2.0 + self.bias
+    ''', imports='import sys')), profile=True, min_runs=20)
     assert not result.clean
     assert any("disarmed or re-armed by someone else" in v for v in result.violations), result.error
