@@ -9,8 +9,6 @@ or in one file that several sessions share: EvalOptions.cache_path; writes are l
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -249,23 +247,10 @@ def measure_baselines(reference: Path, opts: EvalOptions) -> dict | None:
             "warmup_s": value["warmup_s"], "measured_at": time.time()}
 
 
-@contextlib.contextmanager
-def cache_lock(path: Path):
-    """An exclusive flock on PATH.lock, across threads and processes (sessions share one cache)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def merge_cache(path: Path, entries: dict) -> int:
     """Set entries, returning how many replaced one of the same key. The file is read again under the
     lock, just before writing, so entries other sessions wrote meanwhile stay."""
-    with cache_lock(path):
+    with build.cache_lock(path):
         cache = build.read_json(path)
         replaced = sum(key in cache for key in entries)
         cache.update(entries)

@@ -14,6 +14,8 @@ the speed-up, never the build.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -177,6 +179,19 @@ def extension_name(kernels_dir: Path, device: str) -> str:
 def user_cache_dir() -> Path:
     """$XDG_CACHE_HOME/kernelsmith, else ~/.cache/kernelsmith."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernelsmith"
+
+
+@contextlib.contextmanager
+def cache_lock(path: Path):
+    """An exclusive flock on PATH.lock, across threads and processes (sessions share one cache)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def default_build_dir(kernels_dir: Path, device: str) -> Path:

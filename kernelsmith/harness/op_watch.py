@@ -14,7 +14,6 @@ and says so. KERNELSMITH_OP_WATCH=python forces that fallback.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
@@ -53,10 +52,8 @@ def load_extension():
 
 
 def _load_locked(folder: Path):
-    folder.mkdir(parents=True, exist_ok=True)
     failed = folder / "failed.txt"
-    with open(folder / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with build.cache_lock(folder / "build"):
         if failed.is_file() and time.time() - failed.stat().st_mtime < RETRY_FAILED_BUILD_S:
             return None, f"the native op watch did not build an hour ago or less (see {failed})"
         result = build.build(NATIVE_DIR, "cpu", build_dir=folder / "build")

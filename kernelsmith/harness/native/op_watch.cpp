@@ -42,6 +42,15 @@ std::unique_ptr<at::ObserverContext> on_op(const at::RecordFunction& fn) {
   return nullptr;
 }
 
+// Runs one op of the harness's own on this thread, unrecorded; true when the callback saw it.
+bool check_op() {
+  t_sentinel_seen = false;
+  t_sentinel = true;
+  { auto probe = at::empty({0}); }
+  t_sentinel = false;
+  return t_sentinel_seen;
+}
+
 }  // namespace
 
 // Installs the callback; returns how many times arm() has been called in this process. The
@@ -57,9 +66,7 @@ int64_t ks_watch_arm() {
           at::RecordFunctionCallback(&on_op).needsInputs(false).scopes({at::RecordScope::FUNCTION}));
     }
   }
-  t_sentinel = true;
-  { auto warm = at::empty({0}); }
-  t_sentinel = false;
+  check_op();
   return arms;
 }
 
@@ -70,11 +77,7 @@ std::tuple<std::vector<std::pair<std::string, int64_t>>, bool, int64_t, bool> ks
   const bool was_armed = g_handle.has_value();
   bool blind = false;
   if (was_armed) {
-    t_sentinel_seen = false;
-    t_sentinel = true;
-    { auto probe = at::empty({0}); }
-    t_sentinel = false;
-    blind = !t_sentinel_seen;
+    blind = !check_op();
     at::removeCallback(*g_handle);
     g_handle.reset();
   }
