@@ -23,9 +23,9 @@ ARG_REDUCTIONS = ("argmax", "argmin")
 
 def rematerialize(p) -> None:
     """p: a Partitioner whose steps are complete (before its outputs are marked)."""
-    for index, step in enumerate(p.steps):
+    for step in p.steps:
         if isinstance(step, (PointwiseGroup, ReductionGroup)):
-            _absorb(p, index, step)
+            _absorb(p, step)
     while _drop_dead_ops(p):
         pass
 
@@ -40,19 +40,19 @@ def _space(group: Group) -> tuple[int, ...]:
     return group.shape if isinstance(group, PointwiseGroup) else group.in_shape
 
 
-def _absorb(p, index: int, group: Group) -> None:
+def _absorb(p, group: Group) -> None:
     """Recompute in `group` the full-size inputs that an earlier kernel made, when that pays."""
-    space = _space(group)
+    space, reduced_reads = _space(group), _read_at_reduced_shape(group)
     chains = {}
     for value in group.inputs:
-        if value.name in _read_at_reduced_shape(group):
+        if value.name in reduced_reads:
             continue  # (possible when the reduced dims have size 1) the epilogue has no prologue values
         chain = _chain(p, value.name, space)
         if chain is not None:
             chains[value.name] = chain
     if not chains:
         return
-    ops = _ordered({id(op): op for chain in chains.values() for op in chain[0]}.values(), p)
+    ops = _ordered({id(op): op for chain in chains.values() for op in chain[0]}.values())
     made = {op.out for op in ops}
     needs = [n for chain in chains.values() for n in chain[1] if n not in made]
     have = {v.name for v in group.inputs}
@@ -119,7 +119,7 @@ def _collect(p, owner: int, group: Group, name: str, ops: list, needs: list, see
     return True
 
 
-def _ordered(ops, p) -> list[Op]:
+def _ordered(ops) -> list[Op]:
     """Ops of (possibly) several chains in an order where each op follows what it reads."""
     pending, done, ordered = list(ops), set(), []
     while pending:
