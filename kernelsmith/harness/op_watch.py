@@ -7,9 +7,9 @@ global RecordFunction callback) costs well under a microsecond per op and is ins
 around the candidate's runs, outside the timed interval. Warm-up and verification keep the
 Python mode too, so a candidate that behaves only while one of them watches is still seen.
 
-Built once per torch and Python version into the user cache (a few seconds with the
-precompiled header); where it cannot be built, the profiler falls back to the Python mode
-and says so. KERNELSMITH_OP_WATCH=python forces that fallback.
+Built once per source, torch and Python version and machine into the user cache (about 30 s
+of CPU with the precompiled header); where it cannot be built, the profiler falls back to the
+Python mode and says so. KERNELSMITH_OP_WATCH=python forces that fallback.
 """
 
 from __future__ import annotations
