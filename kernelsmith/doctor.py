@@ -98,6 +98,17 @@ def check_ninja() -> Check:
     return Check("ninja", True, _run(["ninja", "--version"]).strip() or "available")
 
 
+def check_extension_compiler() -> Check:
+    """Whether extensions that $CXX (else c++) builds work inside the torch process (toolchain.py)."""
+    from kernelsmith.harness import toolchain
+
+    compiler = toolchain.requested_compiler()
+    fit, why = toolchain.verdict(compiler)
+    fix = (f"set CXX to a compiler that links libstdc++ dynamically (e.g. CXX={shutil.which('c++') or 'c++'}); "
+           "builds switch to c++ by themselves when it is fit")
+    return Check("C++ compiler for extensions", fit, why, fix)
+
+
 def check_package(module: str, pip_name: str, required: bool = True) -> Check:
     ok = importlib.util.find_spec(module) is not None
     return Check(pip_name, ok, "installed" if ok else "missing", f"pip install {pip_name}", required)
@@ -114,6 +125,8 @@ def run_checks() -> list[Check]:
             checks.append(match)
     checks.append(check_ninja())
     checks.append(check_tool("C++ compiler", "g++", "install g++ (Debian/Ubuntu: apt install g++)"))
+    if checks[0].ok:
+        checks.append(check_extension_compiler())
     checks.append(check_tool("git", "git", "install git (apt install git)"))
     checks.append(check_tool("ncu (Nsight Compute)", "ncu", "optional: install Nsight Compute for kernel metrics",
                              required=False))

@@ -277,10 +277,11 @@ def read_json(path: Path) -> dict:
 def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path, notes: list[str]) -> tuple[str, list[str]]:
     """Write the ninja file and build; return the path of the shared object and the flags that
     brought in the precompiled header ([] without one)."""
-    from kernelsmith.harness import pch
+    from kernelsmith.harness import pch, toolchain
 
     if device == "cuda":
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    toolchain.choose_compiler(notes)  # before the PCH: it must come from the compiler that builds
     header = precompiled_header(flags["cflags"], device, notes)
     with pch.in_use(header) as usable:
         pch_flags = ["-include", shlex.quote(str(header)), "-Winvalid-pch"] if usable else []

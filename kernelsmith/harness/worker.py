@@ -41,6 +41,10 @@ def main() -> int:
     os.environ["KERNELSMITH_DEVICE"] = job.get("device", "cpu")
     result_path = job["result_path"]
     try:
+        if job["kind"] in ("candidate", "profile"):  # a candidate's own load_inline builds with $CXX too
+            from kernelsmith.harness import toolchain
+
+            toolchain.choose_compiler([])
         answer = {"ok": True, "value": _handlers()[job["kind"]](job)}
     except BaseException as err:  # the candidate may raise anything; it is a failed attempt
         answer = {"ok": False, "error": f"{type(err).__name__}: {err}".strip(),

@@ -1,0 +1,138 @@
+"""The extension compiler check: a $CXX whose extensions carry their own libstdc++ is caught, and
+builds switch to the system c++, so a candidate's failing TORCH_CHECK stays a readable error.
+
+The bad compiler is real: a wrapper that adds -static-libstdc++ to g++. Its extensions lose the
+shape in a TORCH_CHECK message here and crash with SIGSEGV on the H200 machine (toolchain.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernelsmith.harness import toolchain
+
+
+def _static_libstdcxx_available() -> bool:
+    if not shutil.which("g++"):
+        return False
+    out = subprocess.run(["g++", "-print-file-name=libstdc++.a"], capture_output=True, text=True).stdout.strip()
+    return os.path.isabs(out)
+
+
+pytestmark = pytest.mark.skipif(not _static_libstdcxx_available(), reason="needs g++ and a static libstdc++")
+
+
+@pytest.fixture
+def bad_cxx(tmp_path) -> str:
+    wrapper = tmp_path / "bin" / "g++-static"
+    wrapper.parent.mkdir()
+    wrapper.write_text('#!/bin/sh\nexec g++ "$@" -static-libstdc++\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@pytest.fixture(autouse=True)
+def check_on(monkeypatch):
+    monkeypatch.delenv("KERNELSMITH_CXX_CHECK", raising=False)
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """Verdicts in a cache of the test's own (the end-to-end build keeps the user cache: its PCH)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def test_the_system_compiler_is_fit():
+    fit, why = toolchain.probe("g++")
+    assert fit, why
+
+
+def test_a_compiler_that_links_its_own_libstdcxx_is_not_fit(bad_cxx):
+    fit, why = toolchain.probe(bad_cxx)
+    assert not fit
+    assert bad_cxx in why and ("formats numbers wrongly" in why or "crashes" in why)
+
+
+def test_a_compiler_that_is_not_there_is_not_fit(own_cache, tmp_path):
+    fit, why = toolchain.verdict(str(tmp_path / "no-such-g++"))
+    assert not fit and "not found" in why
+
+
+def test_verdicts_are_cached_per_compiler(own_cache, bad_cxx, monkeypatch):
+    first = toolchain.verdict(bad_cxx)
+    monkeypatch.setattr(toolchain, "probe", lambda compiler: pytest.fail("probed again"))
+    assert toolchain.verdict(bad_cxx) == first
+    # a changed compiler (new stamp) is probed afresh
+    Path(bad_cxx).write_text('#!/bin/sh\nexec g++ "$@"\n')
+    with pytest.raises(pytest.fail.Exception, match="probed again"):
+        toolchain.verdict(bad_cxx)
+
+
+def test_an_unfit_cxx_is_swapped_for_the_system_compiler(own_cache, bad_cxx, monkeypatch):
+    monkeypatch.setenv("CXX", bad_cxx)
+    notes: list[str] = []
+    toolchain.choose_compiler(notes)
+    assert os.environ["CXX"] == shutil.which("c++")
+    assert len(notes) == 1 and f"CXX={bad_cxx} is not fit" in notes[0] and "KERNELSMITH_CXX_CHECK=0" in notes[0]
+
+
+def test_a_fit_or_unset_cxx_is_left_alone(own_cache, monkeypatch):
+    monkeypatch.setenv("CXX", "g++")
+    notes: list[str] = []
+    toolchain.choose_compiler(notes)
+    assert os.environ["CXX"] == "g++" and notes == []
+    monkeypatch.delenv("CXX")
+    monkeypatch.setattr(toolchain, "verdict", lambda compiler: pytest.fail("probed with no CXX set"))
+    toolchain.choose_compiler(notes)
+    assert "CXX" not in os.environ and notes == []
+
+
+def test_the_check_can_be_turned_off(own_cache, bad_cxx, monkeypatch):
+    monkeypatch.setenv("CXX", bad_cxx)
+    monkeypatch.setenv("KERNELSMITH_CXX_CHECK", "0")
+    notes: list[str] = []
+    toolchain.choose_compiler(notes)
+    assert os.environ["CXX"] == bad_cxx and notes == []
+
+
+CHECKED_BINDING = r"""#include <torch/extension.h>
+#include "binding_registry.h"
+
+torch::Tensor first_rows(torch::Tensor x) {
+  TORCH_CHECK((x.sizes().vec() == std::vector<int64_t>{8, 512}), "first_rows: x must be [8, 512], got ", x.sizes());
+  return x;
+}
+
+REGISTER_BINDING(first_rows, first_rows);
+"""
+
+CALL_WITH_A_BAD_SHAPE = textwrap.dedent("""
+    import sys, torch
+    from kernelsmith.harness import build
+    result = build.build(sys.argv[1], "cpu", build_dir=sys.argv[2])
+    print("NOTES", result.notes, flush=True)
+    ext = build.import_extension(result.so_path, result.name)
+    try:
+        ext.first_rows(torch.zeros(4, 512))
+    except RuntimeError as err:
+        print("RAISED", str(err).splitlines()[0])
+""")
+
+
+def test_a_build_under_an_unfit_cxx_keeps_torch_check_messages_whole(bad_cxx, tmp_path):
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    (kernels / "first_rows_binding.cpp").write_text(CHECKED_BINDING)
+    env = {**os.environ, "CXX": bad_cxx, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", CALL_WITH_A_BAD_SHAPE, str(kernels), str(tmp_path / "build")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "RAISED first_rows: x must be [8, 512], got [4, 512]" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert f"CXX={bad_cxx} is not fit" in done.stdout
