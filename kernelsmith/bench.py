@@ -120,6 +120,8 @@ def run_one(plan: BenchPlan, sandbox, path: Path, run: int, lint_flags: list[str
         reason = str(err) if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
         return {**row, "status": "error", "error": reason[:500], "wall_s": round(time.perf_counter() - start, 1)}
     row.update(_ending_fields(ending))
+    if not ending.best:
+        row["error"] = _failure_reason(workdir, ending)[:500]
     row["lint_flags"] = sorted(set(lint_flags) | set(_eager_flags(workdir, ending.session_id)))
     row["wall_s"] = round(time.perf_counter() - start, 1)
     return row
@@ -147,6 +149,22 @@ def _ending_fields(ending) -> dict[str, Any]:
         fields.update({"speedup_vs_eager": best.speedup_vs_eager, "speedup_vs_compile": best.speedup_vs_compile,
                        "reward": best.reward, "best_sha": best.sha})
     return fields
+
+
+def _failure_reason(workdir: Path, ending) -> str:
+    """Why a session ended with no correct kernel: how it ended, and the last evaluation's verdict."""
+    from kernelsmith.session.reader import find_session, read_events
+
+    events = read_events(find_session(workdir, ending.session_id))
+    ends = [e["summary"] for e in events if e["kind"] == "session_end" and isinstance(e.get("summary"), dict)]
+    said = ends[-1].get("finish_summary") if ends else ""
+    reason = f"{ending.reason} ({said})" if said else ending.reason
+    evals = [e["result"] for e in events if e["kind"] == "eval_result" and isinstance(e["result"], dict)]
+    if not evals:
+        return f"{reason} (no evaluation ran)"
+    last = evals[-1]
+    verdict = last.get("error") or "; ".join(last.get("violations") or []) or "not correct"
+    return f"{reason}; last evaluation ({last.get('stage') or '?'}): {verdict}"
 
 
 def _eager_flags(workdir: Path, session_id: str) -> list[str]:

@@ -111,3 +111,27 @@ def test_lint_is_saved_task_by_task_so_an_interrupted_bench_keeps_it(task_set, t
     seen = []
     flags = bench.lint_all(plan, tasks, lambda path, found: seen.append(path))
     assert seen == [tasks[1]] and set(flags) == {str(t) for t in tasks}  # the first is not linted again
+
+
+def test_a_session_with_no_correct_kernel_says_why_in_its_row(task_set, tmp_path):
+    cheat = ("import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
+             "        self.bias = nn.Parameter(__import__('torch').empty(n))\n\n    def forward(self, x):\n"
+             "        return x * 2.0 + self.bias  # torch compute: rejected\n")
+    script = tmp_path / "cheat.json"
+    script.write_text(json.dumps([
+        {"text": "torch in forward", "tool_calls": [
+            {"name": "bash", "arguments": {"command": "rm -r kernels"}},
+            {"name": "write_file", "arguments": {"path": "model_new.py", "content": cheat}},
+            {"name": "profile", "arguments": {}}]},
+        {"text": "give up", "tool_calls": [{"name": "finish", "arguments": {"summary": "could not beat it"}}]}]))
+    tasks = tmp_path / "tasks"
+    (tasks / "level1").mkdir(parents=True)
+    (tasks / "level1" / "1_axpb.py").write_text((task_set / "tasks" / "level1" / "1_axpb.py").read_text())
+    out = tmp_path / "out"
+    proc = ks("bench", tasks, "--backend", "scripted", "--script", script, "--device", "cpu", "--out", out, "--no-lint")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    row = json.loads((out / "rows.jsonl").read_text().splitlines()[0])
+    assert row["status"] == "failed" and not row["correct"]
+    assert "could not beat it" in row["error"]  # how the session ended
+    assert "last evaluation (verify): rejected: torch compute" in row["error"] and "aten.mul" in row["error"]  # and what the harness rejected
+    assert "level1/1_axpb: failed: " in proc.stdout and "torch compute" in proc.stdout
