@@ -304,11 +304,52 @@ def float_input_case() -> Case:
     return Case(group, _values(x, s, m, r, y), lambda torch, t: [torch.relu(t["x"] * t["s"]) + t["s"]])
 
 
+def frobenius_case() -> Case:
+    """x / ||x|| over a whole [4, 64, 300] tensor: one long row, split across blocks (pass 2 divides
+    chunk by chunk), with the norm itself as a second output."""
+    shape = (4, 64, 300)
+    x, n, y = _v("x", shape), _v("n", ()), _v("y", shape)
+    group = ReductionGroup("k23_frobenius", [x], [y, n], in_shape=shape, dims=(0, 1, 2), reduce="norm2", operand="x",
+                           result="n", result_shape=(), broadcast_epilogue=[Op("div", ["x", "n"], "y")])
+
+    def ref(torch, t):
+        norm = torch.linalg.vector_norm(t["x"])
+        return [t["x"] / norm, norm]
+    return Case(group, _values(x, n, y), ref, atol=1e-5, rtol=1e-4, tags={"split"})
+
+
+def long_row_softmax_case() -> Case:
+    """softmax over two rows of 100003 (a prime: the last chunk is short), split across blocks."""
+    case = softmax_case(shape=(2, 100003), name="k24_long_softmax")
+    case.tags.add("split")
+    return case
+
+
+def long_row_argmax_case() -> Case:
+    """argmax and a mean-with-epilogue over three long rows: ties and chunk order must not matter."""
+    x, idx = _v("x", (3, 70001)), _v("idx", (3,), "int64")
+    group = ReductionGroup("k25_long_argmax", [x], [idx], in_shape=(3, 70001), dims=(1,), reduce="argmax",
+                           operand="x", result="idx", result_shape=(3,))
+    return Case(group, _values(x, idx), lambda torch, t: [t["x"].argmax(1)], tags={"split"})
+
+
+def long_row_mean_case() -> Case:
+    """mean(x^2) + 1 over [5, 65536], the prologue value stored too."""
+    shape = (5, 65536)
+    x, sq, m, e = _v("x", shape), _v("sq", shape), _v("m", (5,)), _v("e", (5,))
+    group = ReductionGroup("k26_long_mean", [x], [e, sq], in_shape=shape, dims=(1,), reduce="mean", operand="sq",
+                           result="m", result_shape=(5,), prologue=[Op("square", ["x"], "sq")],
+                           epilogue=[Op("add", ["m", 1.0], "e")])
+    return Case(group, _values(x, sq, m, e), lambda torch, t: [(t["x"] ** 2).mean(1) + 1.0, t["x"] ** 2],
+                tags={"split"})
+
+
 CASES = {f.__name__.removesuffix("_case"): f for f in (
     pointwise_case, softmax_case, rmsnorm_case, column_sum_case, argmax_case, gemm_case, log_softmax_case,
     column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case,
     conv2d_case, conv_transpose1d_case, depthwise_conv3d_case, max_pool_case, avg_pool3d_case, cumsum_rows_case,
-    cumsum_columns_case, masked_case, float_input_case)}
+    cumsum_columns_case, masked_case, float_input_case, frobenius_case, long_row_softmax_case, long_row_argmax_case,
+    long_row_mean_case)}
 
 
 def generate_all() -> dict[str, cuda_gen.Generated]:
@@ -504,3 +545,28 @@ def _compile(nvcc: str, files: list[str], cwd: Path, extra: list[str] = ()) -> N
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     assert proc.returncode == 0, f"nvcc failed:\n{proc.stdout}\n{proc.stderr}"
     assert "warning" not in proc.stderr.lower(), proc.stderr
+
+
+def test_few_long_rows_are_split_across_blocks_with_a_whole_row_fallback():
+    made = cuda_gen.generate(frobenius_case().group, frobenius_case().values)
+    assert made.variants[:2] == ["rows split across blocks, 256 threads per chunk",
+                                 "rows split across blocks, 512 threads per chunk"]
+    assert made.variants[2:] == ["512 threads per row"]  # kept: the search falls back to it if a split fails
+    source = made.files["k23_frobenius.cu"]
+    # 76800 elements in 18 chunks of at least 4096, and the division runs in every chunk's block
+    assert "kChunks = 18LL, kChunk = 4267LL, kFinishChunks = 18LL" in source
+    default = source[source.index("    default:"):source.index("break;", source.index("    default:"))]
+    assert "k23_frobenius_split_partial<256>" in default and "k23_frobenius_split_finish<256>" in default
+    assert "if (lane == 0 && chunk == 0)" in source  # the norm is written once, not once per chunk
+
+
+def test_a_split_without_a_second_pass_finishes_in_one_block_per_row():
+    made = cuda_gen.generate(long_row_mean_case().group, long_row_mean_case().values)
+    assert "kChunks = 16LL, kChunk = 4096LL, kFinishChunks = 1LL" in made.files["k26_long_mean.cu"]
+
+
+def test_many_or_short_rows_keep_one_team_per_row():
+    for case in (softmax_case(), softmax_case(shape=(65, 70000), name="k1_many"), norm_all_case()):
+        made = cuda_gen.generate(case.group, case.values)
+        assert not any("split" in v for v in made.variants)
+        assert "_split_partial" not in "".join(made.files.values())

@@ -71,7 +71,24 @@ def test_a_failing_build_or_verify_is_reported_not_hidden(tmp_path):
     turn(backend, messages)
     turn(backend, messages, compile="build ok in 1.0 s")
     reply = turn(backend, messages, profile="REJECTED at verify (reward -1)\nmismatch")
-    assert [c.name for c in reply.tool_calls] == ["finish"] and "did not verify" in reply.text
+    # the default variant failed: said so, and the other variants still get their turn
+    assert "did not verify" in reply.text and "mismatch" in reply.text
+    assert [c.name for c in reply.tool_calls] == ["write_file", "profile"] and configs_of(reply) == [1]
+    reply = turn(backend, messages, write_file="wrote", profile=profile_result(1.10, 3))
+    assert configs_of(reply) == [2]  # variant 1 verified and is the best so far
+    last = turn(backend, messages, write_file="wrote", profile="REJECTED at verify (reward -1)\nmismatch")
+    assert [c.name for c in last.tool_calls] == ["write_file", "finish"] and configs_of(last) == [1]
+    assert "1.100x" in last.tool_calls[-1].arguments["summary"]
+
+
+def test_a_task_whose_every_variant_fails_finishes_saying_so(tmp_path):
+    backend, messages = backend_for(tmp_path), []
+    turn(backend, messages)
+    turn(backend, messages, compile="build ok in 1.0 s")
+    reply = turn(backend, messages, profile="REJECTED at verify (reward -1)\nmismatch")
+    while reply.tool_calls[-1].name != "finish":
+        reply = turn(backend, messages, write_file="wrote", profile="REJECTED at verify (reward -1)\nmismatch")
+    assert "no variant verified" in reply.tool_calls[-1].arguments["summary"]
 
 
 def test_an_unsupported_task_finishes_at_once_with_the_reason(tmp_path):

@@ -440,6 +440,57 @@ $body
 }
 """)
 
+SPLIT_KERNELS = Template("""// Few long lines: each of the kSlots lines of the operand viewed as [$outer, $size, $inner] is cut
+// into kChunks chunks of kChunk elements, a block per chunk, so the whole GPU reads. Pass 1 folds
+// each chunk into an accumulator in ${name}_partials; pass 2 merges a line's partials in each
+// block that needs them, writes the reduced values (chunk 0) and runs the second pass over its
+// own chunk. Every call rewrites all the partials before it reads them, so nothing carries over
+// between calls; two calls on two streams at once would share them.
+constexpr int64_t kChunks = ${chunks}LL, kChunk = ${chunk}LL, kFinishChunks = ${finish_chunks}LL;
+__device__ Acc ${name}_partials[kSlots * kChunks];
+
+template <int TEAM>
+__global__ void __launch_bounds__(TEAM) ${name}_split_partial($params) {
+  const int lane = (int)threadIdx.x, slot = 0;
+  const int64_t red = (int64_t)blockIdx.x / kChunks, chunk = (int64_t)blockIdx.x % kChunks;
+  const int64_t o = red / kInner, i = red % kInner;
+  const int64_t begin = chunk * kChunk, end = begin + kChunk < kSize ? begin + kChunk : kSize;
+  Acc acc;
+  acc.init();
+$first
+  acc = ks_team_reduce<TEAM, 1, true>(acc, lane, slot);
+  if (lane == 0) ${name}_partials[blockIdx.x] = acc;
+}
+
+template <int TEAM>
+__global__ void __launch_bounds__(TEAM) ${name}_split_finish($params) {
+  const int lane = (int)threadIdx.x, slot = 0;
+  const int64_t red = (int64_t)blockIdx.x / kFinishChunks, chunk = (int64_t)blockIdx.x % kFinishChunks;
+  // without a second pass only the reduced values are written: the range goes unused
+  [[maybe_unused]] const int64_t o = red / kInner, i = red % kInner;
+  [[maybe_unused]] const int64_t begin = chunk * kChunk, end = begin + kChunk < kSize ? begin + kChunk : kSize;
+  Acc acc;
+  acc.init();
+  for (int64_t c = lane; c < kChunks; c += TEAM) acc.merge(${name}_partials[red * kChunks + c]);
+  acc = ks_team_reduce<TEAM, 1, true>(acc, lane, slot);
+$finish
+}
+""")
+
+
+@dataclass(frozen=True)
+class Split:
+    """A launch variant for few long rows: TEAM threads per chunk, in two kernels (SPLIT_KERNELS)."""
+
+    team: int
+
+
+SPLIT_VARIANTS = [Split(256), Split(512)]
+SPLIT_MAX_LINES = 64  # rows of at most this many ...
+SPLIT_MIN_SIZE = 65536  # ... and at least this long are split
+SPLIT_BLOCKS = 2048  # blocks per pass: many per SM, so loads overlap
+SPLIT_MIN_CHUNK = 4096
+
 # (TEAM, SLOTS, ROWS): threads per reduced value, reduced values per block, team layout
 ROW_VARIANTS = [(256, 1, True), (128, 1, True), (512, 1, True), (32, 8, True), (1, 256, False)]
 COLUMN_VARIANTS = [(1, 256, False), (1, 128, False), (8, 32, False), (4, 64, False), (16, 16, False)]
@@ -471,6 +522,8 @@ def _reduction(group: ReductionGroup) -> Generated:
                                       size=group.size, inner=group.inner,
                                       body="\n".join(_indent(_reduction_body(parts), 4)))
     kernels = [constants, ACCUMULATORS[group.reduce], TEAM_REDUCE, kernel]
+    if any(isinstance(v, Split) for v in variants):
+        kernels.append(_split_kernels(parts, params))
     launch = _reduction_launch(group.name, params, variants)
     source = _cu_file(group, f"{group.reduce} of {list(group.in_shape)} over dims {list(group.dims)}", kernels,
                       _launcher(group.name, params, len(variants), launch))
@@ -514,10 +567,12 @@ def _reduction_body(parts: _ReductionParts) -> list[str]:
             + _indent(finish + _second_pass(parts, reduced_names)) + ["}"])
 
 
-def _loop(body: list[str]) -> list[str]:
-    """A loop over this lane's share of the reduced range, with `flat` the element's index."""
-    return (["for (int64_t r = lane; r < kSize; r += TEAM) {",
-             "  const int64_t flat = (o * kSize + r) * kInner + i;"] + _indent(body) + ["}"])
+def _loop(body: list[str], ranged: bool = False) -> list[str]:
+    """A loop over this lane's share of the reduced range (ranged: of [begin, end), a split
+    variant's chunk), with `flat` the element's index."""
+    head = ("for (int64_t r = begin + lane; r < end; r += TEAM) {" if ranged
+            else "for (int64_t r = lane; r < kSize; r += TEAM) {")
+    return [head, "  const int64_t flat = (o * kSize + r) * kInner + i;"] + _indent(body) + ["}"]
 
 
 def _loads(reads: list[Read], flat: str, names: dict[str, str], needed: set[str]) -> list[str]:
@@ -533,17 +588,17 @@ def _stores(group: Group, names: dict[str, str], flat: str, which: set[str]) -> 
     return [f"p_{v.name}[{flat}] = {names[v.name]};" for v in group.outputs if v.name in which]
 
 
-def _first_pass(parts: _ReductionParts) -> list[str]:
+def _first_pass(parts: _ReductionParts, ranged: bool = False) -> list[str]:
     group, names = parts.group, {}
     body = _loads(parts.reads_in, "flat", names, _used(group.prologue) | {group.operand})
     body += ops.body_lines(group.prologue, names, "")
     body.append(f"acc.add({names[group.operand]}, r);")
-    return _loop(body + _stores(group, names, "flat", parts.first))
+    return _loop(body + _stores(group, names, "flat", parts.first), ranged)
 
 
-def _finish(parts: _ReductionParts) -> tuple[list[str], dict[str, str]]:
-    """The reduced value(s) of this (o, i), written by the team's lane 0; also the C variables
-    of the reduced values, which the second pass reads."""
+def _finish(parts: _ReductionParts, writer: str = "lane == 0") -> tuple[list[str], dict[str, str]]:
+    """The reduced value(s) of this (o, i), written by the thread where `writer` holds; also
+    the C variables of the reduced values, which the second pass reads."""
     group = parts.group
     if parts.full:
         return (["const float ks_log_sum = logf(acc.s);"] if group.reduce == "log_softmax" else []), {}
@@ -554,11 +609,11 @@ def _finish(parts: _ReductionParts) -> tuple[list[str], dict[str, str]]:
     lines += _loads(parts.reads_red, "red", names, _used(group.epilogue))
     lines += ops.body_lines(group.epilogue, names, "")
     stores = _stores(group, names, "red", parts.reduced)
-    lines += ["if (lane == 0) {"] + _indent(stores) + ["}"] if stores else []
+    lines += [f"if ({writer}) {{"] + _indent(stores) + ["}"] if stores else []
     return lines, {k: v for k, v in names.items() if k in parts.reduced}
 
 
-def _second_pass(parts: _ReductionParts, reduced_names: dict[str, str]) -> list[str]:
+def _second_pass(parts: _ReductionParts, reduced_names: dict[str, str], ranged: bool = False) -> list[str]:
     """Per element again: softmax's normalisation, the broadcast epilogue, in_shape stores;
     the prologue is recomputed as far as these need it."""
     group = parts.group
@@ -576,7 +631,7 @@ def _second_pass(parts: _ReductionParts, reduced_names: dict[str, str]) -> list[
         names[group.result] = f"v_{group.result}"
         body += ops.body_lines(group.epilogue, names, "")
     body += ops.body_lines(group.broadcast_epilogue, names, "")
-    return _loop(body + _stores(group, names, "flat", parts.second))
+    return _loop(body + _stores(group, names, "flat", parts.second), ranged)
 
 
 def _needed(op_list, wanted: set[str]) -> list:
@@ -589,9 +644,36 @@ def _needed(op_list, wanted: set[str]) -> list:
     return kept[::-1]
 
 
-def _reduction_variants(group: ReductionGroup) -> list[tuple[int, int, bool]]:
+def _split_kernels(parts: _ReductionParts, params: list[Param]) -> str:
+    """SPLIT_KERNELS for this group: pass 1 folds chunks, pass 2 merges, finishes, second pass."""
+    group = parts.group
+    chunks = _split_chunks(group)
+    chunk = -(-group.size // chunks)
+    finish, reduced_names = _finish(parts, writer="lane == 0 && chunk == 0")
+    second = _second_pass(parts, reduced_names, ranged=True)
+    return SPLIT_KERNELS.substitute(
+        name=group.name, params=_signature(params, True), outer=group.outer, size=group.size, inner=group.inner,
+        chunks=chunks, chunk=chunk, finish_chunks=chunks if second else 1,
+        first="\n".join(_indent(_first_pass(parts, ranged=True))), finish="\n".join(_indent(finish + second)))
+
+
+def _split_chunks(group: ReductionGroup) -> int:
+    """Chunks per line: about SPLIT_BLOCKS blocks in all, none shorter than SPLIT_MIN_CHUNK."""
+    lines = group.outer * group.inner
+    return max(1, min(-(-SPLIT_BLOCKS // lines), group.size // SPLIT_MIN_CHUNK))
+
+
+def _splits(group: ReductionGroup) -> bool:
+    """Few long rows: one block per row would leave most of the GPU idle."""
+    return group.inner == 1 and group.outer <= SPLIT_MAX_LINES and group.size >= SPLIT_MIN_SIZE
+
+
+def _reduction_variants(group: ReductionGroup) -> list:
     """Rows (inner == 1) or columns; the likely best first (warp per row for short rows,
-    several threads per column when there are few columns)."""
+    several threads per column when there are few columns). Few long rows are split across
+    blocks, with one whole-row variant kept as the fallback."""
+    if _splits(group):
+        return SPLIT_VARIANTS + [ROW_VARIANTS[2]]
     if group.inner == 1:
         warp_first = group.size <= 1024
         return [ROW_VARIANTS[3]] + ROW_VARIANTS[:3] + ROW_VARIANTS[4:] if warp_first else ROW_VARIANTS
@@ -599,23 +681,36 @@ def _reduction_variants(group: ReductionGroup) -> list[tuple[int, int, bool]]:
     return [COLUMN_VARIANTS[2]] + COLUMN_VARIANTS[:2] + COLUMN_VARIANTS[3:] if few_columns else COLUMN_VARIANTS
 
 
-def _describe_reduction(variant: tuple[int, int, bool]) -> str:
+def _describe_reduction(variant) -> str:
+    if isinstance(variant, Split):
+        return f"rows split across blocks, {variant.team} threads per chunk"
     team, slots, rows = variant
     if rows:
         return f"{team} threads per row" if slots == 1 else f"a warp per row, {slots} rows per block"
     return f"{team} thread{'s' if team > 1 else ''} per reduced value, {slots} values per block"
 
 
-def _reduction_launch(name: str, params: list[Param], variants: list[tuple[int, int, bool]]) -> list[str]:
-    kernels = [f"{name}_reduce<{team}, {slots}, {'true' if rows else 'false'}>" for team, slots, rows in variants]
-    return _slot_switch(params, kernels, variants)
+def _reduction_launch(name: str, params: list[Param], variants: list) -> list[str]:
+    whole = [v for v in variants if not isinstance(v, Split)]
+    kernels = [f"{name}_reduce<{team}, {slots}, {'true' if rows else 'false'}>" for team, slots, rows in whole]
+    lines = _slot_switch(params, kernels, whole, first=len(variants) - len(whole))
+    call = _call(params)
+    for index, v in enumerate(v for v in variants if isinstance(v, Split)):
+        label = "default" if index == 0 else f"case {index}"
+        lines[-1:-1] = [f"    {label}:",
+                        f"      {name}_split_partial<{v.team}><<<(unsigned)(kSlots * kChunks), {v.team}, 0, stream>>>({call});",
+                        f"      {name}_split_finish<{v.team}><<<(unsigned)(kSlots * kFinishChunks), {v.team}, 0, stream>>>"
+                        f"({call});",
+                        "      break;"]
+    return lines
 
 
-def _slot_switch(params: list[Param], kernels: list[str], variants: list[tuple[int, int, bool]]) -> list[str]:
-    """`switch (config)` over kernels that give each of kSlots lines a team: variant i launches
-    kernels[i] with (team, slots) = variants[i][:2], slots lines of team threads per block."""
+def _slot_switch(params: list[Param], kernels: list[str], variants: list[tuple[int, int, bool]],
+                 first: int = 0) -> list[str]:
+    """`switch (config)` over kernels that give each of kSlots lines a team: variant first + i
+    launches kernels[i] with (team, slots) = variants[i][:2], slots lines of team threads per block."""
     lines = ["  switch (config) {"]
-    for index, (kernel, (team, slots, _)) in enumerate(zip(kernels, variants)):
+    for index, (kernel, (team, slots, _)) in enumerate(zip(kernels, variants), start=first):
         label = "default" if index == 0 else f"case {index}"
         lines.append(f"    {label}: {kernel}<<<ks_blocks(kSlots, {slots}), {team * slots}, 0, stream>>>"
                      f"({_call(params)}); break;")

@@ -91,10 +91,12 @@ class BuiltinBackend:
     def _profiled(self, results, turns_left):
         report = results.get("profile", "")
         if not report.startswith("CORRECT"):
-            if self.state.trying is None:
-                return self._give_up("The generated kernels did not verify (a bug in the built-in policy):\n"
-                                     + report[:1500])
-            return self._next(None, turns_left, f"{self.state.trying.label} failed; skipping it.")
+            if self.state.trying is not None:
+                return self._next(None, turns_left, f"{self.state.trying.label} failed; skipping it.")
+            why = "The generated kernels did not verify (a bug in the built-in policy):\n" + report[:1500]
+            if not _candidates(self.state.variants):
+                return self._give_up(why)
+            return self._next(None, turns_left, why + "\nThe other launch variants may still verify.")
         return self._next(_speedup(report), turns_left)
 
     def _next(self, speedup: float | None, turns_left: int | None, note: str = ""):
@@ -121,7 +123,7 @@ class BuiltinBackend:
 
     def _finish(self, note: str):
         st = self.state
-        speed = f"{st.best_speedup:.3f}x vs eager" if st.best_speedup is not None else "not timed"
+        speed = f"{st.best_speedup:.3f}x vs eager" if st.best_speedup is not None else "no variant verified"
         summary = (f"Built-in policy: {len(st.variants)} generated kernel(s), launch variants {st.best}, "
                    f"best {speed} (the committed kernel holds the verified numbers).")
         return (f"{note} Writing back the best configuration and finishing.".strip(),
