@@ -9,6 +9,7 @@ subclass of Model) reaches them as `self.<path>`.
 
 from __future__ import annotations
 
+import keyword
 import re
 import threading
 from dataclasses import dataclass, field
@@ -159,6 +160,15 @@ def c_name(name: str) -> str:
     return re.sub(r"\W", "_", name)
 
 
+def attribute_source(root: str, path: str) -> str:
+    """Python that reaches a parameter or buffer by its module path: `self.lin.weight`, with
+    getattr for parts that are not names (nn.Sequential's children are "0", "1", ...)."""
+    expr = root
+    for part in path.split("."):
+        expr = f"{expr}.{part}" if part.isidentifier() and not keyword.iskeyword(part) else f"getattr({expr}, {part!r})"
+    return expr
+
+
 def _value_of(node, source: str = "") -> Value:
     val = node.meta["val"]
     return Value(c_name(node.name), tuple(int(s) for s in val.shape), DTYPES.get(val.dtype, str(val.dtype)),
@@ -172,7 +182,7 @@ def _graph_of(program, n_inputs: int) -> Graph:
     for node in program.graph.nodes:
         if node.op == "placeholder":
             if node.name in param_paths:
-                params.append(_value_of(node, "self." + param_paths[node.name]))
+                params.append(_value_of(node, attribute_source("self", param_paths[node.name])))
             else:
                 inputs.append(_value_of(node, f"x{len(inputs)}"))
         elif node.op == "call_function" and (node.users or node.meta.get("val") is not None):
