@@ -1,7 +1,8 @@
 """The CPU generator's window and scan ops against torch: direct convolutions (grouped, dilated,
 strided, 1-d, 3-d, transposed), max/average pooling, cumsum (along rows and along a middle
-dim), a convolution whose bias runs in the softmax after it and a Python float input, each built
-from a real module's captured graph, every launch variant compared."""
+dim), a convolution whose bias runs in the softmax after it, a Python float input, training-mode
+normalisations and a ShuffleNet unit, each built from a real module's captured graph, every
+launch variant compared, and each model_new.py checked to be valid Python."""
 
 import textwrap
 from pathlib import Path
@@ -34,6 +35,9 @@ CASES = {  # module, input shape
     "group_norm": ("nn.GroupNorm(3, 6)", (2, 6, 5, 4)),
     "batch_norm": ("nn.BatchNorm2d(4)", (3, 4, 5, 6)),
     "instance_norm": ("nn.InstanceNorm2d(4)", (2, 4, 7, 5)),
+    # two batch norms whose `x - mean` an earlier kernel also makes: the later one is dropped, not
+    # emitted as a kernel with no outputs (ShuffleNet's unit; nn.Sequential children reached by getattr)
+    "shuffle_unit": ("ShuffleUnit()", (2, 6, 5, 5)),
 }
 
 MODULES = """
@@ -45,6 +49,21 @@ class Cumsum(nn.Module):
 
     def forward(self, x):
         return torch.cumsum(x * 0.5, self.dim)
+
+
+class ShuffleUnit(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(6, 12, 1, groups=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(12)
+        self.conv3 = nn.Conv2d(12, 12, 1, groups=3, bias=False)
+        self.bn3 = nn.BatchNorm2d(12)
+        self.shortcut = nn.Sequential(nn.Conv2d(6, 12, 1, bias=False), nn.BatchNorm2d(12))
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = torch.relu(self.bn3(self.conv3(out)))
+        return out + self.shortcut(x)
 
 
 class MaskedCumsum(nn.Module):
@@ -103,6 +122,8 @@ def _build_all(root: Path):
         (root / name).mkdir()
         plan = build_plan(_task(root / name, module, shape, *floats), "cpu", "fp32")
         assert not plan.unsupported, plan.unsupported
+        assert all(group.outputs for group in plan.plan.groups()), f"{name}: a kernel with no outputs"
+        compile(plan.model_new([0] * len(plan.variants)), f"{name}/model_new.py", "exec")  # what the session runs
         for j, group in enumerate(plan.plan.groups()):
             group.name = f"c{i}_{j}_{group.kind}"
             made = cpu_gen.generate(group, plan.plan.values)

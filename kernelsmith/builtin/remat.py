@@ -31,9 +31,12 @@ def rematerialize(p) -> None:
 
 
 def drop_empty(steps: list) -> None:
-    """Pointwise kernels left with nothing to do, once everything they made is recomputed
-    where it is read (after the outputs are marked: that goes by step index)."""
-    steps[:] = [s for s in steps if not (isinstance(s, PointwiseGroup) and not s.body)]
+    """Kernels left with nothing to do, once everything they made is recomputed where it is
+    read (after the outputs are marked: that goes by step index). A kernel whose values an
+    earlier kernel now also makes keeps its ops (their values are still read) but has no
+    outputs: ShuffleNet's `x - mean` once emitted ` = ext.k25_pointwise(...)`."""
+    steps[:] = [s for s in steps if not (isinstance(s, PointwiseGroup) and not s.body)
+                and not (isinstance(s, (PointwiseGroup, ReductionGroup)) and not s.outputs)]
 
 
 def _space(group: Group) -> tuple[int, ...]:
