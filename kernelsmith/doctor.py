@@ -103,10 +103,17 @@ def check_extension_compiler() -> Check:
     from kernelsmith.harness import toolchain
 
     compiler = toolchain.requested_compiler()
-    fit, why = toolchain.verdict(compiler)
+    try:
+        fit, why = toolchain.verdict(compiler)
+        replacement = toolchain.fallback_for(compiler) if fit is False and os.environ.get("CXX") and \
+            os.environ.get("KERNELSMITH_CXX_CHECK", "1") != "0" else None
+    except Exception as err:  # noqa: BLE001  (doctor reports, it does not crash)
+        fit, why, replacement = None, f"the probe failed: {type(err).__name__}: {err}", None
     fix = (f"set CXX to a compiler that links libstdc++ dynamically (e.g. CXX={shutil.which('c++') or 'c++'}); "
            "builds switch to c++ by themselves when it is fit")
-    return Check("C++ compiler for extensions", fit, why, fix)
+    if replacement:
+        return Check("C++ compiler for extensions", True, f"{why}; builds use {replacement} instead")
+    return Check("C++ compiler for extensions", bool(fit), why, fix, required=fit is not None)
 
 
 def check_package(module: str, pip_name: str, required: bool = True) -> Check:

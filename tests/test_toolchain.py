@@ -60,9 +60,55 @@ def test_a_compiler_that_links_its_own_libstdcxx_is_not_fit(bad_cxx):
     assert bad_cxx in why and ("formats numbers wrongly" in why or "crashes" in why)
 
 
-def test_a_compiler_that_is_not_there_is_not_fit(own_cache, tmp_path):
+def test_a_compiler_that_is_not_there_is_undecided_and_left_alone(own_cache, tmp_path, monkeypatch):
     fit, why = toolchain.verdict(str(tmp_path / "no-such-g++"))
-    assert not fit and "not found" in why
+    assert fit is None and "not found" in why
+    monkeypatch.setenv("CXX", "no-such-ccache g++")  # a command with arguments, as torch's ninja file takes it
+    notes: list[str] = []
+    toolchain.choose_compiler(notes)
+    assert os.environ["CXX"] == "no-such-ccache g++" and "was not checked" in notes[0]
+
+
+def test_a_compiler_with_arguments_is_probed_as_a_command(own_cache, bad_cxx):
+    assert toolchain.verdict("env g++")[0] is True
+    assert toolchain.verdict(f"env {bad_cxx}")[0] is False
+
+
+def test_the_probe_ignores_modules_in_the_working_directory(own_cache, tmp_path, monkeypatch):
+    (tmp_path / "numpy.py").write_text("raise SystemExit(3)\n")  # torch imports numpy: a workdir could shadow it
+    monkeypatch.chdir(tmp_path)
+    assert toolchain.probe("g++")[0] is True
+
+
+def test_a_probe_that_cannot_run_is_not_cached(own_cache, bad_cxx, monkeypatch):
+    def cannot(compiler):
+        raise toolchain.Unsettled("TimeoutExpired")
+    monkeypatch.setattr(toolchain, "probe", cannot)
+    fit, why = toolchain.verdict(bad_cxx)
+    assert fit is None and "could not run" in why
+    monkeypatch.undo()
+    assert toolchain.verdict(bad_cxx)[0] is False  # decided now, not stuck on the first answer
+
+
+def test_an_unwritable_cache_still_gives_a_verdict_and_never_fails_a_build(tmp_path, bad_cxx, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    monkeypatch.setenv("CXX", bad_cxx)
+    notes: list[str] = []
+    toolchain.choose_compiler(notes)
+    assert os.environ["CXX"] == shutil.which("c++") and "is not fit" in notes[0]
+
+
+def test_the_build_stamp_changes_with_the_compiler(tmp_path, monkeypatch):
+    from kernelsmith.harness import build
+
+    source = tmp_path / "k_binding.cpp"
+    source.write_text("// empty\n")
+    monkeypatch.setenv("CXX", "g++")
+    first = build.fingerprint([source], {}, "", "ks_x_cpu")
+    monkeypatch.setenv("CXX", "/usr/bin/c++")
+    assert build.fingerprint([source], {}, "", "ks_x_cpu") != first  # a .so from the unfit compiler is not reused
 
 
 def test_verdicts_are_cached_per_compiler(own_cache, bad_cxx, monkeypatch):

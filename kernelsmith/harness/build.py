@@ -167,7 +167,8 @@ def fingerprint(sources: list[Path], flags: dict, arch: str, name: str) -> str:
     for path in sources + [TEMPLATES / f for f in INFRA_FILES]:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
-    digest.update(json.dumps([flags, arch, name, _torch_version(), sys.version]).encode())
+    # $CXX as the build will use it (toolchain.choose_compiler may have replaced an unfit one)
+    digest.update(json.dumps([flags, arch, name, _torch_version(), sys.version, os.environ.get("CXX", "")]).encode())
     return digest.hexdigest()
 
 
@@ -248,6 +249,9 @@ def cached_result(kernels_dir: str | Path, device: str, fast_math: bool = False,
 
 def _build(kernels_dir: Path, device: str, fast_math: bool, build_dir, start: float,
            notes: list[str]) -> BuildResult:
+    from kernelsmith.harness import toolchain
+
+    toolchain.choose_compiler(notes)  # first: the stamp key holds the compiler, and so does the PCH's
     hit = cached_result(kernels_dir, device, fast_math, build_dir)
     if hit is not None:
         hit.seconds = time.perf_counter() - start
@@ -277,11 +281,10 @@ def read_json(path: Path) -> dict:
 def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path, notes: list[str]) -> tuple[str, list[str]]:
     """Write the ninja file and build; return the path of the shared object and the flags that
     brought in the precompiled header ([] without one)."""
-    from kernelsmith.harness import pch, toolchain
+    from kernelsmith.harness import pch
 
     if device == "cuda":
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
-    toolchain.choose_compiler(notes)  # before the PCH: it must come from the compiler that builds
     header = precompiled_header(flags["cflags"], device, notes)
     with pch.in_use(header) as usable:
         pch_flags = ["-include", shlex.quote(str(header)), "-Winvalid-pch"] if usable else []
