@@ -366,3 +366,12 @@ def test_parameters_inside_sequential_children_are_reached_from_model_new(tmp_pa
         reached = eval(param.source, {"self": model})
         assert isinstance(reached, torch.Tensor) and tuple(reached.shape) == param.shape
     assert "getattr(self.net, '0').weight" in model_new
+
+
+def test_attribute_paths_that_are_not_plain_names_use_getattr():
+    from kernelsmith.builtin.graph import attribute_source
+
+    assert attribute_source("self", "lin.weight") == "self.lin.weight"
+    assert attribute_source("self", "net.0.weight") == "getattr(self.net, '0').weight"
+    assert attribute_source("self", "blocks.class.bias") == "getattr(self.blocks, 'class').bias"  # a keyword
+    assert attribute_source("self", "m.__w") == "getattr(self.m, '__w')"  # would be name-mangled in ModelNew

@@ -665,7 +665,7 @@ def _split_chunks(group: ReductionGroup) -> int:
 
 def _splits(group: ReductionGroup) -> bool:
     """Few long rows: one block per row would leave most of the GPU idle."""
-    return group.inner == 1 and group.outer <= SPLIT_MAX_LINES and group.size >= SPLIT_MIN_SIZE
+    return group.inner == 1 and 1 <= group.outer <= SPLIT_MAX_LINES and group.size >= SPLIT_MIN_SIZE
 
 
 def _reduction_variants(group: ReductionGroup) -> list:

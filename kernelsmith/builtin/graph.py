@@ -165,7 +165,9 @@ def attribute_source(root: str, path: str) -> str:
     getattr for parts that are not names (nn.Sequential's children are "0", "1", ...)."""
     expr = root
     for part in path.split("."):
-        expr = f"{expr}.{part}" if part.isidentifier() and not keyword.iskeyword(part) else f"getattr({expr}, {part!r})"
+        mangled = part.startswith("__") and not part.endswith("__")  # self.__w in a class body is self._C__w
+        plain = part.isidentifier() and not keyword.iskeyword(part) and not mangled
+        expr = f"{expr}.{part}" if plain else f"getattr({expr}, {part!r})"
     return expr
 
 
