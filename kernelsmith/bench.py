@@ -159,12 +159,14 @@ def _failure_reason(workdir: Path, ending) -> str:
     ends = [e["summary"] for e in events if e["kind"] == "session_end" and isinstance(e.get("summary"), dict)]
     said = ends[-1].get("finish_summary") if ends else ""
     reason = f"{ending.reason} ({said})" if said else ending.reason
-    evals = [e["result"] for e in events if e["kind"] == "eval_result" and isinstance(e["result"], dict)]
+    # the last verify or profile (a compile that succeeded after it would hide the failure)
+    evals = [e for e in events if e["kind"] == "eval_result" and isinstance(e["result"], dict)
+             and (e.get("tool") in ("verify", "profile") or e["result"].get("error"))]
     if not evals:
-        return f"{reason} (no evaluation ran)"
-    last = evals[-1]
+        return f"{reason} (no verify or profile ran)"
+    last = evals[-1]["result"]
     verdict = last.get("error") or "; ".join(last.get("violations") or []) or "not correct"
-    return f"{reason}; last evaluation ({last.get('stage') or '?'}): {verdict}"
+    return f"{reason}; last {evals[-1].get('tool') or 'evaluation'} ({last.get('stage') or '?'}): {verdict}"
 
 
 def _eager_flags(workdir: Path, session_id: str) -> list[str]:

@@ -120,9 +120,10 @@ def test_a_session_with_no_correct_kernel_says_why_in_its_row(task_set, tmp_path
     script = tmp_path / "cheat.json"
     script.write_text(json.dumps([
         {"text": "torch in forward", "tool_calls": [
-            {"name": "bash", "arguments": {"command": "rm -r kernels"}},
             {"name": "write_file", "arguments": {"path": "model_new.py", "content": cheat}},
             {"name": "profile", "arguments": {}}]},
+        {"text": "a build that works says nothing of the verdict",
+         "tool_calls": [{"name": "compile", "arguments": {}}]},
         {"text": "give up", "tool_calls": [{"name": "finish", "arguments": {"summary": "could not beat it"}}]}]))
     tasks = tmp_path / "tasks"
     (tasks / "level1").mkdir(parents=True)
@@ -133,5 +134,5 @@ def test_a_session_with_no_correct_kernel_says_why_in_its_row(task_set, tmp_path
     row = json.loads((out / "rows.jsonl").read_text().splitlines()[0])
     assert row["status"] == "failed" and not row["correct"]
     assert "could not beat it" in row["error"]  # how the session ended
-    assert "last evaluation (verify): rejected: torch compute" in row["error"] and "aten.mul" in row["error"]  # and what the harness rejected
+    assert "last profile (verify): rejected: torch compute" in row["error"] and "aten.mul" in row["error"]  # and what the harness rejected
     assert "level1/1_axpb: failed: " in proc.stdout and "torch compute" in proc.stdout
