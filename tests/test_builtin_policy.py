@@ -111,3 +111,24 @@ def test_defaults_chosen_for_the_user_are_announced_in_one_line_each(capsys):
     assert len(lines) == 2 and "built-in offline policy" in lines[0] and "CPU target" in lines[1]
     _notice_defaults("openai", "cpu", device_chosen=True)  # by --device, or by an existing workdir: no notice
     assert capsys.readouterr().err == ""
+
+
+def test_variants_that_failed_beside_a_broken_default_are_tried_again_once_it_is_replaced(tmp_path):
+    """Kernel 1's default is broken: kernel 0's variants fail beside it, so once kernel 1's
+    variant 1 verifies they get their turn again instead of being written off."""
+    backend, messages = backend_for(tmp_path, "two_reductions.py"), []
+    turn(backend, messages)
+    turn(backend, messages, compile="build ok in 1.0 s")
+    rejected = "REJECTED at verify (reward -1)\nmismatch"
+    tried = [configs_of(turn(backend, messages, profile=rejected))]  # the defaults [0, 0] fail
+    while tried[-1] != [0, 1]:  # kernel 0's variants fail too (kernel 1 is still broken)
+        tried.append(configs_of(turn(backend, messages, write_file="wrote", profile=rejected)))
+    assert tried == [[1, 0], [2, 0], [0, 1]]
+    reply = turn(backend, messages, write_file="wrote", profile=profile_result(1.05, 6))  # [0, 1] verifies
+    assert configs_of(reply) in ([1, 1], [0, 2])
+    seen = [configs_of(reply)]
+    while reply.tool_calls[-1].name != "finish":
+        reply = turn(backend, messages, write_file="wrote", profile=profile_result(1.01, 7))
+        seen.append(configs_of(reply))
+    assert [1, 1] in seen and [2, 1] in seen  # kernel 0's variants, retried beside the working kernel 1
+    assert configs_of(reply) == [0, 1] and "1.050x" in reply.tool_calls[-1].arguments["summary"]

@@ -26,6 +26,7 @@ TURNS_TO_FINISH = 1  # the turn that writes the best configuration back and fini
 class Candidate:
     configs: list[int]
     label: str
+    change: tuple[int, int] = (0, 0)  # (kernel, variant) it changes from the best so far
 
 
 @dataclass
@@ -34,7 +35,9 @@ class SearchState:
     variants: list[list[str]] = field(default_factory=list)
     best: list[int] = field(default_factory=list)
     best_speedup: float | None = None
+    verified: bool = False  # whether `best` has verified (the defaults may not)
     queue: list[tuple[int, int]] = field(default_factory=list)
+    retry: list[tuple[int, int]] = field(default_factory=list)  # failed while no configuration had verified
     trying: Candidate | None = None
     phase: str = "plan"
 
@@ -92,38 +95,42 @@ class BuiltinBackend:
         report = results.get("profile", "")
         if not report.startswith("CORRECT"):
             if self.state.trying is not None:
-                return self._next(None, turns_left, f"{self.state.trying.label} failed; skipping it.")
+                return self._next(False, None, turns_left, f"{self.state.trying.label} failed; skipping it.")
             why = "The generated kernels did not verify (a bug in the built-in policy):\n" + report[:1500]
             if not _candidates(self.state.variants):
                 return self._give_up(why)
-            return self._next(None, turns_left, why + "\nThe other launch variants may still verify.")
-        return self._next(_speedup(report), turns_left)
+            return self._next(False, None, turns_left, why + "\nThe other launch variants may still verify.")
+        return self._next(True, _speedup(report), turns_left)
 
-    def _next(self, speedup: float | None, turns_left: int | None, note: str = ""):
+    def _next(self, verified: bool, speedup: float | None, turns_left: int | None, note: str = ""):
         """Record the candidate just profiled, then try the next variant or finish."""
         st = self.state
         if st.trying is None:
-            st.best_speedup = speedup
+            st.best_speedup, st.verified = speedup, verified
             st.queue = _candidates(st.variants)
-        elif speedup is not None and (st.best_speedup is None or speedup > st.best_speedup):
-            st.best, st.best_speedup = list(st.trying.configs), speedup
-            note = f"{st.trying.label}: {speedup:.3f}x vs eager, the fastest so far."
-        elif speedup is not None:
-            note = f"{st.trying.label}: {speedup:.3f}x vs eager, not faster than {st.best_speedup:.3f}x."
+        elif verified and (not st.verified or _faster(speedup, st.best_speedup)):
+            if not st.verified:  # what failed beside a broken kernel may pass beside this one
+                st.queue, st.retry = st.retry + st.queue, []
+            st.best, st.best_speedup, st.verified = list(st.trying.configs), speedup, True
+            note = f"{st.trying.label}: {_times(speedup)} vs eager, the best so far."
+        elif verified:
+            note = f"{st.trying.label}: {_times(speedup)} vs eager, not faster than {_times(st.best_speedup)}."
+        elif not st.verified:
+            st.retry.append(st.trying.change)
         st.queue = [(g, v) for g, v in st.queue if st.best[g] != v]
         if not st.queue or (turns_left is not None and turns_left <= TURNS_TO_FINISH):
             return self._finish(note)
         g, v = st.queue.pop(0)  # applied to the best so far, so improvements add up
         configs = list(st.best)
         configs[g] = v
-        st.trying = Candidate(configs, f"{st.plan.groups()[g].name} variant {v} ({st.variants[g][v]})")
+        st.trying = Candidate(configs, f"{st.plan.groups()[g].name} variant {v} ({st.variants[g][v]})", (g, v))
         return (f"{note} Trying {st.trying.label}.".strip(),
                 [("write_file", {"path": "model_new.py", "content": self._source(st.trying.configs)}),
                  ("profile", {})])
 
     def _finish(self, note: str):
         st = self.state
-        speed = f"{st.best_speedup:.3f}x vs eager" if st.best_speedup is not None else "no variant verified"
+        speed = (f"{_times(st.best_speedup)} vs eager" if st.verified else "no variant verified")
         summary = (f"Built-in policy: {len(st.variants)} generated kernel(s), launch variants {st.best}, "
                    f"best {speed} (the committed kernel holds the verified numbers).")
         return (f"{note} Writing back the best configuration and finishing.".strip(),
@@ -141,6 +148,14 @@ class BuiltinBackend:
         from kernelsmith.builtin.emit import model_new_source
 
         return model_new_source(self.state.plan, configs, self.state.variants)
+
+
+def _faster(speedup: float | None, than: float | None) -> bool:
+    return speedup is not None and (than is None or speedup > than)
+
+
+def _times(speedup: float | None) -> str:
+    return f"{speedup:.3f}x" if speedup is not None else "untimed"
 
 
 def _candidates(variants: list[list[str]]) -> list[tuple[int, int]]:
