@@ -691,29 +691,40 @@ def _describe_reduction(variant) -> str:
 
 
 def _reduction_launch(name: str, params: list[Param], variants: list) -> list[str]:
-    whole = [v for v in variants if not isinstance(v, Split)]
-    kernels = [f"{name}_reduce<{team}, {slots}, {'true' if rows else 'false'}>" for team, slots, rows in whole]
-    lines = _slot_switch(params, kernels, whole, first=len(variants) - len(whole))
     call = _call(params)
-    for index, v in enumerate(v for v in variants if isinstance(v, Split)):
-        label = "default" if index == 0 else f"case {index}"
-        lines[-1:-1] = [f"    {label}:",
-                        f"      {name}_split_partial<{v.team}><<<(unsigned)(kSlots * kChunks), {v.team}, 0, stream>>>({call});",
-                        f"      {name}_split_finish<{v.team}><<<(unsigned)(kSlots * kFinishChunks), {v.team}, 0, stream>>>"
-                        f"({call});",
-                        "      break;"]
-    return lines
+    cases = []
+    for v in variants:
+        if isinstance(v, Split):  # two kernels, a block per chunk
+            cases.append([f"{name}_split_partial<{v.team}><<<(unsigned)(kSlots * kChunks), {v.team}, 0, stream>>>"
+                          f"({call});",
+                          f"{name}_split_finish<{v.team}><<<(unsigned)(kSlots * kFinishChunks), {v.team}, 0, "
+                          f"stream>>>({call});"])
+        else:
+            team, slots, rows = v
+            cases.append([_slot_launch(f"{name}_reduce<{team}, {slots}, {'true' if rows else 'false'}>", params,
+                                       team, slots)])
+    return _switch(cases)
 
 
-def _slot_switch(params: list[Param], kernels: list[str], variants: list[tuple[int, int, bool]],
-                 first: int = 0) -> list[str]:
-    """`switch (config)` over kernels that give each of kSlots lines a team: variant first + i
-    launches kernels[i] with (team, slots) = variants[i][:2], slots lines of team threads per block."""
+def _slot_switch(params: list[Param], kernels: list[str], variants: list[tuple[int, int, bool]]) -> list[str]:
+    """`switch (config)` over kernels that give each of kSlots lines a team: variant i launches
+    kernels[i] with (team, slots) = variants[i][:2], slots lines of team threads per block."""
+    return _switch([[_slot_launch(kernel, params, team, slots)] for kernel, (team, slots, _) in zip(kernels, variants)])
+
+
+def _slot_launch(kernel: str, params: list[Param], team: int, slots: int) -> str:
+    return f"{kernel}<<<ks_blocks(kSlots, {slots}), {team * slots}, 0, stream>>>({_call(params)});"
+
+
+def _switch(cases: list[list[str]]) -> list[str]:
+    """`switch (config)`: case i runs the statements cases[i]; case 0 is also the default."""
     lines = ["  switch (config) {"]
-    for index, (kernel, (team, slots, _)) in enumerate(zip(kernels, variants), start=first):
+    for index, statements in enumerate(cases):
         label = "default" if index == 0 else f"case {index}"
-        lines.append(f"    {label}: {kernel}<<<ks_blocks(kSlots, {slots}), {team * slots}, 0, stream>>>"
-                     f"({_call(params)}); break;")
+        if len(statements) == 1:
+            lines.append(f"    {label}: {statements[0]} break;")
+        else:
+            lines += [f"    {label}:"] + [f"      {s}" for s in statements] + ["      break;"]
     return lines + ["  }"]
 
 
