@@ -103,12 +103,10 @@ def check_extension_compiler() -> Check:
     from kernelsmith.harness import toolchain
 
     compiler = toolchain.requested_compiler()
-    try:
-        fit, why = toolchain.verdict(compiler)
-        replacement = toolchain.fallback_for(compiler) if fit is False and os.environ.get("CXX") and \
-            os.environ.get("KERNELSMITH_CXX_CHECK", "1") != "0" else None
-    except Exception as err:  # noqa: BLE001  (doctor reports, it does not crash)
-        fit, why, replacement = None, f"the probe failed: {type(err).__name__}: {err}", None
+    fit, why = toolchain.verdict(compiler)  # never raises: a probe that cannot run is (None, why)
+    # builds replace only a $CXX the user set (toolchain.choose_compiler)
+    replacement = toolchain.fallback_for(compiler) if fit is False and os.environ.get("CXX") and \
+        toolchain.checking() else None
     fix = (f"set CXX to a compiler that links libstdc++ dynamically (e.g. CXX={shutil.which('c++') or 'c++'}); "
            "builds switch to c++ by themselves when it is fit")
     if replacement:

@@ -144,6 +144,11 @@ def verdict(compiler: str) -> tuple[bool | None, str]:
     return fit, why
 
 
+def checking() -> bool:
+    """False under KERNELSMITH_CXX_CHECK=0: $CXX is used as it is."""
+    return os.environ.get("KERNELSMITH_CXX_CHECK", "1") != "0"
+
+
 def choose_compiler(notes: list[str]) -> None:
     """Point $CXX at a fit compiler for this process's builds when the one set is not fit.
 
@@ -151,7 +156,7 @@ def choose_compiler(notes: list[str]) -> None:
     switch and the reason go into notes, as does a compiler with no fit replacement. Never
     raises: a probe that cannot run leaves $CXX as it is."""
     requested = os.environ.get("CXX")
-    if not requested or os.environ.get("KERNELSMITH_CXX_CHECK", "1") == "0":
+    if not requested or not checking():
         return
     try:
         _choose(requested, notes)
