@@ -120,9 +120,10 @@ def run_one(plan: BenchPlan, sandbox, path: Path, run: int, lint_flags: list[str
         reason = str(err) if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
         return {**row, "status": "error", "error": reason[:500], "wall_s": round(time.perf_counter() - start, 1)}
     row.update(_ending_fields(ending))
+    events = _session_events(workdir, ending.session_id)
     if not ending.best:
-        row["error"] = _failure_reason(workdir, ending)[:500]
-    row["lint_flags"] = sorted(set(lint_flags) | set(_eager_flags(workdir, ending.session_id)))
+        row["error"] = _failure_reason(events, ending)[:500]
+    row["lint_flags"] = sorted(set(lint_flags) | set(_eager_flags(events)))
     row["wall_s"] = round(time.perf_counter() - start, 1)
     return row
 
@@ -151,11 +152,14 @@ def _ending_fields(ending) -> dict[str, Any]:
     return fields
 
 
-def _failure_reason(workdir: Path, ending) -> str:
-    """Why a session ended with no correct kernel: how it ended, and the last evaluation's verdict."""
+def _session_events(workdir: Path, session_id: str) -> list[dict]:
     from kernelsmith.session.reader import find_session, read_events
 
-    events = read_events(find_session(workdir, ending.session_id))
+    return read_events(find_session(workdir, session_id))
+
+
+def _failure_reason(events: list[dict], ending) -> str:
+    """Why a session ended with no correct kernel: how it ended, and the last evaluation's verdict."""
     ends = [e["summary"] for e in events if e["kind"] == "session_end" and isinstance(e.get("summary"), dict)]
     said = ends[-1].get("finish_summary") if ends else ""
     reason = f"{ending.reason} ({said})" if said else ending.reason
@@ -169,12 +173,9 @@ def _failure_reason(workdir: Path, ending) -> str:
     return f"{reason}; last {evals[-1].get('tool') or 'evaluation'} ({last.get('stage') or '?'}): {verdict}"
 
 
-def _eager_flags(workdir: Path, session_id: str) -> list[str]:
+def _eager_flags(events: list[dict]) -> list[str]:
     """Flags that only the profile shows: eager time out of the range where timing means much."""
-    from kernelsmith.session.reader import find_session, read_events
-
-    evals = [e["result"] for e in read_events(find_session(workdir, session_id))
-             if e["kind"] == "eval_result" and isinstance(e["result"], dict)]
+    evals = [e["result"] for e in events if e["kind"] == "eval_result" and isinstance(e["result"], dict)]
     eager = [r["timings_ms"].get("eager") for r in evals if r.get("timings_ms")]
     eager = [e for e in eager if e]
     return ["eager_launch_bound"] if eager and min(eager) < LAUNCH_BOUND_MS else []
