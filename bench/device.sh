@@ -42,7 +42,7 @@ case "$STEP" in
       | tee "$OUT/builtin_gpu_tests.log" | tail -25 ;;
   builtin-bench)  # the built-in policy over the dev tasks it generates, level 2 first; 3 turns each (plan and
                   # compile, profile the default variants, finish). More calls: pass the last rows.jsonl to resume.
-                  # The workdirs stay on the machine: only rows, lint and baselines come back (the fetch takes 8 files).
+                  # The workdirs stay on the machine: rows, lint, baselines and the events of every session come back.
     B=/tmp/ks-builtin; rm -rf $B; mkdir -p $B "$OUT/builtin"
     if [ -n "${1:-}" ]; then cp "$1" $B/rows.jsonl; RESUME=--resume; else RESUME=; fi
     # compile baselines measured earlier by the same harness job on this GPU kind (the live eager still guards them)
@@ -52,7 +52,9 @@ case "$STEP" in
       'bench/results/cpu-2026-11-30/builtin_coverage.json')) if r['supported']]; print(' '.join('$KB/' + r['level'] + '/'
       + r['task'] for r in sorted(rows, key=lambda r: (r['level'] != 'level2', r['level'], r['task']))))") \
       --backend builtin --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out $B 2>&1 | grep -v Warning | tail -60
-    for f in rows.jsonl lint.json baselines.json; do [ -f $B/$f ] && cp $B/$f "$OUT/builtin/$f"; done ;;
+    for f in rows.jsonl lint.json baselines.json; do [ -f $B/$f ] && cp $B/$f "$OUT/builtin/$f"; done
+    # every session's events (turns, tool results, timestamps): where a slow or failed task spent its time
+    (cd $B && find workdirs -name events.jsonl -print0 | tar czf "$OUT/builtin/events.tgz" --null -T -) ;;
   probe-throw)  # does a failing TORCH_CHECK raise? torch alone, our builds, torch's load_inline, other compilers,
                 # stack traces off, and cuda-gdb's native stack at the crash (all in throw.log)
     { python3 bench/probes/throw_probe.py env
