@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console
 from rich.table import Table
 
@@ -69,7 +71,9 @@ class SessionView:
 
     Complete lines of model text are printed as they arrive (partial lines wait), each tool
     call and result is one compact line, and a status line at the bottom shows turn,
-    tokens, cost, best speed-up and elapsed time.
+    tokens, cost, best speed-up and elapsed time. The line is redrawn from the clock, not only
+    on events, so that a long tool call (a first profile can spend minutes measuring
+    torch.compile baselines) shows what is running and for how long.
     """
 
     def __init__(self, out: Console | None = None):
@@ -78,7 +82,10 @@ class SessionView:
         self.out = out or console
         self.pending_text = ""
         self.status = {"turn": 0, "tokens": 0, "cost": 0.0, "best": "none yet", "start": None, "model": ""}
-        self.live = Live("", console=self.out, transient=True, refresh_per_second=4)
+        self.running: list[str] = []  # the tool calls of the last turn whose results have not come yet
+        self.running_since = 0.0
+        self.ended = False
+        self.live = Live(console=self.out, transient=True, refresh_per_second=4, get_renderable=self._live_line)
 
     def __enter__(self):
         self.live.__enter__()
@@ -105,13 +112,19 @@ class SessionView:
         if handler:
             handler(event)
         self.status["start"] = self.status["start"] or event["t"]
-        self.live.update(self.status_line(event["t"]))
+        self.live.refresh()
+
+    def _live_line(self) -> str:
+        return "" if self.ended else self.status_line(time.time())
 
     def status_line(self, now: float) -> str:
         s = self.status
         elapsed = now - (s["start"] or now)
-        return (f"[reverse] turn {s['turn']} | {s['tokens']:,} tokens | ${s['cost']:.2f} | best {s['best']} | "
-                f"{elapsed / 60:.1f} min [/]")
+        line = (f"turn {s['turn']} | {s['tokens']:,} tokens | ${s['cost']:.2f} | best {s['best']} | "
+                f"{elapsed / 60:.1f} min")
+        if self.running:
+            line += f" | {self.running[0]} running {_clock(now - self.running_since)}"
+        return f"[reverse] {line} [/]"
 
     def _session_start(self, e: dict) -> None:
         cfg = e["config"]
@@ -128,10 +141,15 @@ class SessionView:
         self.status["turn"] = e["turn"]
         self.status["tokens"] += usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
         self.status["cost"] += usage.get("cost_usd", 0.0)
-        for call in e["message"].get("tool_calls", []):
+        calls = e["message"].get("tool_calls", [])
+        for call in calls:
             self.out.print(f"[cyan]-> {call['name']}[/]({_args_preview(call['arguments'])})", soft_wrap=True)
+        self.running, self.running_since = [call["name"] for call in calls], e["t"]
 
     def _tool_result(self, e: dict) -> None:
+        if self.running:
+            self.running.pop(0)  # results come in call order
+            self.running_since = e["t"]
         first = e["content"].strip().splitlines()[0] if e["content"].strip() else ""
         colour = "green" if e["ok"] else "red"
         self.out.print(f"   [{colour}]{e['name']}:[/] {first[:160]}", markup=True, highlight=False)
@@ -145,8 +163,15 @@ class SessionView:
         self.out.print(f"[dim]context compacted: {e['before_tokens']:,} -> {e['after_tokens']:,} tokens[/]")
 
     def _session_end(self, e: dict) -> None:
-        self.live.update("")
-        render_session_summary(e)
+        self.ended, self.running = True, []
+        self.live.refresh()
+        render_session_summary(e, self.out)
+
+
+def _clock(seconds: float) -> str:
+    """m:ss"""
+    minutes, secs = divmod(int(max(seconds, 0)), 60)
+    return f"{minutes}:{secs:02d}"
 
 
 def _args_preview(args: dict) -> str:
@@ -158,7 +183,7 @@ def _args_preview(args: dict) -> str:
     return ", ".join(parts)
 
 
-def render_session_summary(end: dict) -> None:
+def render_session_summary(end: dict, out: Console | None = None) -> None:
     summary = end["summary"]
     table = Table(title=f"session ended: {end['reason']}", title_justify="left")
     table.add_column("")
@@ -174,7 +199,7 @@ def render_session_summary(end: dict) -> None:
     table.add_row("elapsed", f"{summary.get('elapsed_s', 0) / 60:.1f} min")
     if summary.get("finish_summary"):
         table.add_row("agent says", summary["finish_summary"])
-    console.print(table)
+    (out or console).print(table)
 
 
 def kernel_log_table(rows: list[dict], accepted: str | None) -> Table:
