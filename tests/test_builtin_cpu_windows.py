@@ -1,7 +1,7 @@
 """The CPU generator's window and scan ops against torch: direct convolutions (grouped, dilated,
 strided, 1-d, 3-d, transposed), max/average pooling, cumsum (along rows and along a middle
 dim), a convolution whose bias runs in the softmax after it, a Python float input, training-mode
-normalisations and a ShuffleNet unit, each built from a real module's captured graph, every
+normalisations, a ShuffleNet unit and numbers made in forward with torch.tensor, each built from a real module's captured graph, every
 launch variant compared, and each model_new.py checked to be valid Python."""
 
 import textwrap
@@ -38,6 +38,8 @@ CASES = {  # module, input shape
     # two batch norms whose `x - mean` an earlier kernel also makes: the later one is dropped, not
     # emitted as a kernel with no outputs (ShuffleNet's unit; nn.Sequential children reached by getattr)
     "shuffle_unit": ("ShuffleUnit()", (2, 6, 5, 5)),
+    # level2/93's torch.min(x, torch.tensor(0.0)): the constant inlined as a number
+    "literal_min": ("LiteralMin()", (3, 40)),
 }
 
 MODULES = """
@@ -82,6 +84,12 @@ class ConvSoftmax(nn.Module):
 
     def forward(self, x):
         return torch.softmax(self.conv(x), dim=1)
+
+
+class LiteralMin(nn.Module):
+    def forward(self, x):
+        x = torch.min(x + 0.5, torch.tensor(0.25, device=x.device))
+        return torch.nn.functional.gelu(x) * torch.tensor(2.0, device=x.device)
 
 
 class Scaled(nn.Module):

@@ -1,5 +1,6 @@
 """The partitioner on representative graphs, captured from small modules with torch.export."""
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -132,6 +133,28 @@ def test_an_int_or_list_input_is_a_clear_capture_error(tmp_path):
     for extra in ("3", "[1, 2]"):
         with pytest.raises(CaptureError, match="inputs other than tensors and floats"):
             plan_of(tmp_path, "", "return x * 2", f"[torch.randn(4), {extra}]")
+
+
+def test_a_number_tensor_made_in_forward_is_inlined_as_a_scalar(tmp_path):
+    """level2/93's `torch.min(x, torch.tensor(0.0, device=x.device))`: captured on meta tensors, the
+    constant's value is read from the torch.tensor call, not lost."""
+    p = plan_of(tmp_path, "", "y = torch.min(x + 0.5, torch.tensor(-0.25, device=x.device))\n"
+                "return y * torch.tensor(3, device=x.device)", "[torch.randn(4, 5)]")
+    (group,) = p.groups()
+    assert [(op.name, op.args[1]) for op in group.body] == [("add", 0.5), ("minimum", -0.25), ("mul", 3)]
+    assert [v.source for v in p.inputs] == ["x0"]
+
+
+@pytest.mark.parametrize("forward, why", [
+    ("return x * torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], device=x.device)", "shape [5]"),
+    ("return x * torch.tensor(2.0, dtype=torch.float64, device=x.device)", "float64"),
+    ("return torch.tensor(1.5, device=x.device)", "returns a constant"),
+])
+def test_other_tensors_made_in_forward_are_a_clear_capture_error(tmp_path, forward, why):
+    from kernelsmith.builtin.graph import CaptureError
+
+    with pytest.raises(CaptureError, match=re.escape(why)):
+        plan_of(tmp_path, "", forward, "[torch.randn(4, 5)]")
 
 
 def test_a_float_input_stays_a_value_of_the_graph(tmp_path):

@@ -87,10 +87,58 @@ def _capture(task_path: Path) -> Graph:
     except Exception as err:  # export raises many kinds; all mean "cannot capture"
         raise CaptureError(f"torch.export could not capture Model: {type(err).__name__}: "
                            f"{str(err).splitlines()[0] if str(err) else ''}") from None
-    graph = _graph_of(program, len(inputs))
+    literals = _literal_values(program, model, traced)
+    graph = _graph_of(program, len(inputs), literals)
     for i in scalars:
         graph.inputs[i].scalar = True
     return graph
+
+
+class _LiteralTensors(torch.overrides.TorchFunctionMode):
+    """Records the value of every `torch.tensor(<number>)` forward makes (made on the CPU too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.values: list[torch.Tensor] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.tensor:
+            self.values.append(func(*args, **{**kwargs, "device": "cpu"}))
+        return func(*args, **kwargs)
+
+
+def _literal_values(program, model, traced) -> dict[str, float | int]:
+    """The values of the tensors forward makes from Python numbers (`torch.tensor(0.0, device=x.device)`),
+    by placeholder name. torch.export lifts them as constants, but on meta tensors their values
+    are lost, so forward runs once more on meta (shapes only) with torch.tensor's calls recorded;
+    the lifted constants are those calls in order. Only 0-dim numbers are inlined as scalars."""
+    lifted = program.graph_signature.inputs_to_lifted_tensor_constants
+    if not lifted:
+        return {}
+    recorder = _LiteralTensors()
+    try:
+        with torch.no_grad(), recorder:
+            model(*traced)
+    except Exception as err:  # noqa: BLE001  (any failure means the values stay unknown)
+        raise CaptureError(f"forward makes tensors whose values could not be read ({type(err).__name__})") from None
+    constants = sorted(lifted.items(), key=lambda item: _lifted_index(item[1]))
+    if len(recorder.values) != len(constants):
+        raise CaptureError(f"forward makes {len(constants)} constant tensor(s), but {len(recorder.values)} "
+                           "torch.tensor call(s) were seen; only torch.tensor(<number>) constants are supported")
+    return {c_name(placeholder): _scalar_of(value) for (placeholder, _), value in zip(constants, recorder.values)}
+
+
+def _lifted_index(name: str) -> int:
+    digits = re.search(r"(\d+)$", name)
+    return int(digits.group(1)) if digits else 0
+
+
+def _scalar_of(value: torch.Tensor) -> float | int:
+    if value.dim() != 0 or value.dtype not in (torch.float32, torch.int64):
+        raise CaptureError(f"forward makes a {DTYPES.get(value.dtype, value.dtype)} tensor of shape "
+                           f"{list(value.shape)} from Python data; only 0-dim float32 or int64 numbers are supported")
+    return value.item()
 
 
 # Ops the generators handle whole: decomposing them would only make more, smaller ops.
@@ -177,12 +225,15 @@ def _value_of(node, source: str = "") -> Value:
                  source=source, contiguous=val.is_contiguous())
 
 
-def _graph_of(program, n_inputs: int) -> Graph:
+def _graph_of(program, n_inputs: int, literals: dict[str, float | int] | None = None) -> Graph:
     signature = program.graph_signature
     param_paths = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+    literals = literals or {}
     inputs, params, nodes, outputs = [], [], [], []
     for node in program.graph.nodes:
         if node.op == "placeholder":
+            if c_name(node.name) in literals:
+                continue  # inlined into the nodes that read it
             if node.name in param_paths:
                 params.append(_value_of(node, attribute_source("self", param_paths[node.name])))
             else:
@@ -193,9 +244,33 @@ def _graph_of(program, n_inputs: int) -> Graph:
         raise CaptureError(f"the graph has {len(inputs)} tensor inputs, get_inputs() gives {n_inputs} "
                            "(non-tensor inputs are not supported yet)")
     outputs = _user_outputs(program)
+    if set(outputs) & set(literals):
+        raise CaptureError("forward returns a constant tensor it made; not supported")
+    nodes = _inline_literals(nodes, literals)
     graph = Graph(inputs, params, _live(nodes, outputs), outputs, returns_tuple=_returns_tuple(program))
     graph.consumers = _consumers(graph)
     return graph
+
+
+def _inline_literals(nodes: list[Node], literals: dict[str, float | int]) -> list[Node]:
+    """Each literal's name in a node's arguments becomes its number, as if forward had written
+    `torch.min(x, 0.0)`. Only pointwise ops may read one: a number means the same thing there."""
+    from kernelsmith.builtin.lowering import kind_of
+
+    for node in nodes:
+        if not set(_names_in(node.args) + _names_in(list(node.kwargs.values()))) & set(literals):
+            continue
+        if kind_of(node) != "pointwise":
+            raise CaptureError(f"a constant tensor made in forward feeds {node.target}; "
+                               "only pointwise ops may read one")
+        node.args = _substitute(node.args, literals)
+        node.kwargs = {k: _substitute([v], literals)[0] for k, v in node.kwargs.items()}
+    return nodes
+
+
+def _substitute(args: list, literals: dict) -> list:
+    return [literals.get(a, a) if isinstance(a, str) else _substitute(a, literals) if isinstance(a, list) else a
+            for a in args]
 
 
 def _user_outputs(program) -> list[str]:
