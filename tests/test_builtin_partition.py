@@ -145,6 +145,24 @@ def test_a_number_tensor_made_in_forward_is_inlined_as_a_scalar(tmp_path):
     assert [v.source for v in p.inputs] == ["x0"]
 
 
+def test_each_number_keeps_its_own_value_whatever_python_does_with_others(tmp_path):
+    """A torch.tensor used only in Python (.item()) is no constant of the graph; new_tensor and
+    as_tensor make constants too; one made on the CPU (no device) and sqrt of one fold to numbers."""
+    p = plan_of(tmp_path, "", "eps = torch.tensor(0.001).item()\n"
+                "y = torch.min(x * x.new_tensor(3.0), torch.as_tensor(0.5, device=x.device))\n"
+                "return y / torch.sqrt(torch.tensor(4.0)) + eps", "[torch.randn(4, 5)]")
+    (group,) = p.groups()
+    assert [(op.name, op.args[1]) for op in group.body] == [
+        ("mul", 3.0), ("minimum", 0.5), ("div", 2.0), ("add", pytest.approx(0.001))]
+
+
+def test_a_tensor_attribute_has_no_value_on_meta_tensors_and_says_so(tmp_path):
+    from kernelsmith.builtin.graph import CaptureError
+
+    with pytest.raises(CaptureError, match="'scale' has no value .*make it a buffer"):
+        plan_of(tmp_path, "self.scale = torch.tensor(2.0)", "return x * self.scale", "[torch.randn(4, 5)]")
+
+
 @pytest.mark.parametrize("forward, why", [
     ("return x * torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], device=x.device)", "shape [5]"),
     ("return x * torch.tensor(2.0, dtype=torch.float64, device=x.device)", "float64"),

@@ -83,62 +83,53 @@ def _capture(task_path: Path) -> Graph:
     traced = tuple(torch.empty((), dtype=torch.float32, device="meta") if i in scalars else x
                    for i, x in enumerate(inputs))
     try:
-        program = torch.export.export(model, traced).run_decompositions(_decompositions())
+        with _LiteralsOnCpu():
+            exported = torch.export.export(model, traced)
+        program = exported.run_decompositions(_decompositions())
     except Exception as err:  # export raises many kinds; all mean "cannot capture"
         raise CaptureError(f"torch.export could not capture Model: {type(err).__name__}: "
                            f"{str(err).splitlines()[0] if str(err) else ''}") from None
-    literals = _literal_values(program, model, traced)
+    literals = _literal_values(program)
     graph = _graph_of(program, len(inputs), literals)
     for i in scalars:
         graph.inputs[i].scalar = True
     return graph
 
 
-class _LiteralTensors(torch.overrides.TorchFunctionMode):
-    """Records the value of every `torch.tensor(<number>)` forward makes (made on the CPU too)."""
+class _LiteralsOnCpu(torch.overrides.TorchFunctionMode):
+    """Tensors forward makes from Python numbers (`torch.tensor(0.0, device=x.device)`,
+    `as_tensor`, `x.new_tensor`) are made on the CPU while the capture traces on meta tensors,
+    so that torch.export lifts them as constants that keep their values."""
 
-    def __init__(self):
-        super().__init__()
-        self.values: list[torch.Tensor] = []
+    MAKERS = (torch.tensor, torch.as_tensor, torch.Tensor.new_tensor)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is torch.tensor:
-            self.values.append(func(*args, **{**kwargs, "device": "cpu"}))
+        data = args[1] if func is torch.Tensor.new_tensor and len(args) > 1 else args[0] if args else None
+        if func in self.MAKERS and isinstance(data, (bool, int, float)):  # (only a 0-dim CPU tensor mixes with meta)
+            kwargs = {**kwargs, "device": "cpu"}
         return func(*args, **kwargs)
 
 
-def _literal_values(program, model, traced) -> dict[str, float | int]:
-    """The values of the tensors forward makes from Python numbers (`torch.tensor(0.0, device=x.device)`),
-    by placeholder name. torch.export lifts them as constants, but on meta tensors their values
-    are lost, so forward runs once more on meta (shapes only) with torch.tensor's calls recorded;
-    the lifted constants are those calls in order. Only 0-dim numbers are inlined as scalars."""
-    lifted = program.graph_signature.inputs_to_lifted_tensor_constants
-    if not lifted:
-        return {}
-    recorder = _LiteralTensors()
-    try:
-        with torch.no_grad(), recorder:
-            model(*traced)
-    except Exception as err:  # noqa: BLE001  (any failure means the values stay unknown)
-        raise CaptureError(f"forward makes tensors whose values could not be read ({type(err).__name__})") from None
-    constants = sorted(lifted.items(), key=lambda item: _lifted_index(item[1]))
-    if len(recorder.values) != len(constants):
-        raise CaptureError(f"forward makes {len(constants)} constant tensor(s), but {len(recorder.values)} "
-                           "torch.tensor call(s) were seen; only torch.tensor(<number>) constants are supported")
-    return {c_name(placeholder): _scalar_of(value) for (placeholder, _), value in zip(constants, recorder.values)}
+def _literal_values(program) -> dict[str, float | int]:
+    """The numbers of the constants torch.export lifted, by placeholder name. Only 0-dim ones
+    are inlined; a constant made on meta tensors (a tensor attribute of Model) has no value."""
+    literals = {}
+    for placeholder, name in program.graph_signature.inputs_to_lifted_tensor_constants.items():
+        value = program.constants.get(name)
+        if isinstance(value, torch.Tensor):
+            _require_number(value)
+        if not isinstance(value, torch.Tensor) or value.device.type == "meta":
+            raise CaptureError(f"the constant tensor {name!r} has no value when captured on meta tensors "
+                               "(make it a buffer, or a Python number)")
+        literals[c_name(placeholder)] = value.item()
+    return literals
 
 
-def _lifted_index(name: str) -> int:
-    digits = re.search(r"(\d+)$", name)
-    return int(digits.group(1)) if digits else 0
-
-
-def _scalar_of(value: torch.Tensor) -> float | int:
+def _require_number(value: torch.Tensor) -> None:
     if value.dim() != 0 or value.dtype not in (torch.float32, torch.int64):
         raise CaptureError(f"forward makes a {DTYPES.get(value.dtype, value.dtype)} tensor of shape "
                            f"{list(value.shape)} from Python data; only 0-dim float32 or int64 numbers are supported")
-    return value.item()
 
 
 # Ops the generators handle whole: decomposing them would only make more, smaller ops.
@@ -244,9 +235,9 @@ def _graph_of(program, n_inputs: int, literals: dict[str, float | int] | None = 
         raise CaptureError(f"the graph has {len(inputs)} tensor inputs, get_inputs() gives {n_inputs} "
                            "(non-tensor inputs are not supported yet)")
     outputs = _user_outputs(program)
+    nodes = _inline_literals(nodes, literals)
     if set(outputs) & set(literals):
         raise CaptureError("forward returns a constant tensor it made; not supported")
-    nodes = _inline_literals(nodes, literals)
     graph = Graph(inputs, params, _live(nodes, outputs), outputs, returns_tuple=_returns_tuple(program))
     graph.consumers = _consumers(graph)
     return graph
@@ -257,15 +248,38 @@ def _inline_literals(nodes: list[Node], literals: dict[str, float | int]) -> lis
     `torch.min(x, 0.0)`. Only pointwise ops may read one: a number means the same thing there."""
     from kernelsmith.builtin.lowering import kind_of
 
+    kept = []
     for node in nodes:
         if not set(_names_in(node.args) + _names_in(list(node.kwargs.values()))) & set(literals):
+            kept.append(node)
+            continue
+        names = set(_names_in(node.args) + _names_in(list(node.kwargs.values())))
+        if kind_of(node) == "pointwise" and names <= set(literals):  # clone(c), sqrt(c): a number too
+            literals[node.name] = _fold(node, literals)
             continue
         if kind_of(node) != "pointwise":
             raise CaptureError(f"a constant tensor made in forward feeds {node.target}; "
                                "only pointwise ops may read one")
         node.args = _substitute(node.args, literals)
         node.kwargs = {k: _substitute([v], literals)[0] for k, v in node.kwargs.items()}
-    return nodes
+        kept.append(node)
+    return kept
+
+
+def _fold(node: Node, literals: dict[str, float | int]) -> float | int:
+    """A pointwise op over numbers only, computed once here with the ATen op the graph names."""
+    op = torch.ops.aten
+    for part in node.target.split("."):
+        op = getattr(op, part)
+
+    def tensor(a):
+        value = literals[a]
+        return torch.tensor(value, dtype=torch.int64 if isinstance(value, int) else torch.float32)
+    args = [tensor(a) if isinstance(a, str) and a in literals else a for a in node.args]
+    kwargs = {k: tensor(v) if isinstance(v, str) and v in literals else v for k, v in node.kwargs.items()}
+    result = op(*args, **kwargs)
+    _require_number(result)
+    return result.item()
 
 
 def _substitute(args: list, literals: dict) -> list:
