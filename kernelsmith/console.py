@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelsmith.harness.result import EvalResult
@@ -82,8 +83,9 @@ class SessionView:
         self.out = out or console
         self.pending_text = ""
         self.status = {"turn": 0, "tokens": 0, "cost": 0.0, "best": "none yet", "start": None, "model": ""}
-        self.running: list[str] = []  # the tool calls of the last turn whose results have not come yet
-        self.running_since = 0.0
+        # (tool calls of the last turn whose results have not come yet, since when): one tuple, replaced
+        # whole, because Live's refresh thread reads it while events arrive
+        self.running: tuple[list[str], float] = ([], 0.0)
         self.ended = False
         self.live = Live(console=self.out, transient=True, refresh_per_second=4, get_renderable=self._live_line)
 
@@ -115,16 +117,20 @@ class SessionView:
         self.live.refresh()
 
     def _live_line(self) -> str:
-        return "" if self.ended else self.status_line(time.time())
+        try:
+            return "" if self.ended else self.status_line(time.time())
+        except Exception:  # noqa: BLE001  (an error here would stop Live's refresh thread for good)
+            return ""
 
     def status_line(self, now: float) -> str:
         s = self.status
         elapsed = now - (s["start"] or now)
         line = (f"turn {s['turn']} | {s['tokens']:,} tokens | ${s['cost']:.2f} | best {s['best']} | "
                 f"{elapsed / 60:.1f} min")
-        if self.running:
-            line += f" | {self.running[0]} running {_clock(now - self.running_since)}"
-        return f"[reverse] {line} [/]"
+        names, since = self.running
+        if names:
+            line += f" | {names[0]} running {_clock(now - since)}"
+        return f"[reverse] {escape(line)} [/]"
 
     def _session_start(self, e: dict) -> None:
         cfg = e["config"]
@@ -133,6 +139,7 @@ class SessionView:
                        f"{cfg.get('precision')}) with {cfg.get('backend')}:{cfg.get('model')} in {e['workdir']}")
 
     def _resume(self, e: dict) -> None:
+        self.running = ([c["name"] for c in e["pending_tool_calls"]], e["t"])  # re-run first
         self.out.print(f"[bold]resumed[/] after turn {e['from_turn']}"
                        + (f", re-running {len(e['pending_tool_calls'])} pending tool call(s)" if e["pending_tool_calls"] else ""))
 
@@ -143,16 +150,16 @@ class SessionView:
         self.status["cost"] += usage.get("cost_usd", 0.0)
         calls = e["message"].get("tool_calls", [])
         for call in calls:
-            self.out.print(f"[cyan]-> {call['name']}[/]({_args_preview(call['arguments'])})", soft_wrap=True)
-        self.running, self.running_since = [call["name"] for call in calls], e["t"]
+            self.out.print(f"[cyan]-> {escape(call['name'])}[/]({escape(_args_preview(call['arguments']))})",
+                           soft_wrap=True)
+        self.running = ([call["name"] for call in calls], e["t"])
 
     def _tool_result(self, e: dict) -> None:
-        if self.running:
-            self.running.pop(0)  # results come in call order
-            self.running_since = e["t"]
+        names, _ = self.running
+        self.running = (names[1:], e["t"])  # results come in call order
         first = e["content"].strip().splitlines()[0] if e["content"].strip() else ""
         colour = "green" if e["ok"] else "red"
-        self.out.print(f"   [{colour}]{e['name']}:[/] {first[:160]}", markup=True, highlight=False)
+        self.out.print(f"   [{colour}]{escape(e['name'])}:[/] {escape(first[:160])}", markup=True, highlight=False)
 
     def _commit(self, e: dict) -> None:
         eager = e["speedup_vs_eager"]
@@ -163,7 +170,7 @@ class SessionView:
         self.out.print(f"[dim]context compacted: {e['before_tokens']:,} -> {e['after_tokens']:,} tokens[/]")
 
     def _session_end(self, e: dict) -> None:
-        self.ended, self.running = True, []
+        self.ended, self.running = True, ([], 0.0)
         self.live.refresh()
         render_session_summary(e, self.out)
 

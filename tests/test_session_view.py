@@ -67,3 +67,23 @@ def test_tool_lines_and_the_summary_go_to_the_view_console():
     assert "session s1 on model (cuda, fp32) with builtin:builtin" in text
     assert "-> profile()" in text and "profile: REJECTED at verify" in text and "why" not in text
     assert "session ended: finish" in text and "1.5 min" in text
+
+
+def test_a_resumed_session_shows_its_pending_call_running():
+    view, _ = _view()
+    with view:
+        view({"kind": "resume", "t": T0, "from_turn": 4,
+              "pending_tool_calls": [{"id": "c1", "name": "profile", "arguments": {}}]})
+        assert "profile running 5:00" in view.status_line(T0 + 300)
+
+
+def test_brackets_in_tool_names_and_results_are_printed_not_parsed_as_markup():
+    """Names come from the model and results from tools: `[/cyan]` must not raise or vanish."""
+    view, buffer = _view()
+    with view:
+        view(_start())
+        view(_turn(T0 + 1, "[/cyan]odd"))
+        assert "[/cyan]odd running 0:09" in view.status_line(T0 + 10)
+        view(_result(T0 + 20, "[/cyan]odd", "[exit code 1] see [/red] here"))
+    text = buffer.getvalue()
+    assert "-> [/cyan]odd()" in text and "[/cyan]odd: [exit code 1] see [/red] here" in text
