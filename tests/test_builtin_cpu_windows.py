@@ -1,8 +1,9 @@
 """The CPU generator's window and scan ops against torch: direct convolutions (grouped, dilated,
 strided, 1-d, 3-d, transposed), max/average pooling, cumsum (along rows and along a middle
 dim), a convolution whose bias runs in the softmax after it, a Python float input, training-mode
-normalisations, a ShuffleNet unit and numbers made in forward with torch.tensor, each built from a real module's captured graph, every
-launch variant compared, and each model_new.py checked to be valid Python."""
+normalisations, a ShuffleNet unit, numbers made in forward with torch.tensor and a concatenation,
+each built from a real module's captured graph, every launch variant compared, and each
+model_new.py checked to be valid Python."""
 
 import textwrap
 from pathlib import Path
@@ -40,6 +41,8 @@ CASES = {  # module, input shape
     "shuffle_unit": ("ShuffleUnit()", (2, 6, 5, 5)),
     # level2/93's torch.min(x, torch.tensor(0.0)): the constant inlined as a number
     "literal_min": ("LiteralMin()", (3, 40)),
+    # torch.cat of a conv, a pooled and an activated branch and the input again (an inception module)
+    "cat": ("Inception()", (2, 3, 6, 5)),
 }
 
 MODULES = """
@@ -84,6 +87,16 @@ class ConvSoftmax(nn.Module):
 
     def forward(self, x):
         return torch.softmax(self.conv(x), dim=1)
+
+
+class Inception(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, stride=1, padding=1)
+
+    def forward(self, x):
+        return torch.cat([self.conv(x), self.pool(x), torch.relu(x) * 2.0, x], dim=-3)
 
 
 class LiteralMin(nn.Module):

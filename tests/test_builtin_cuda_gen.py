@@ -20,7 +20,7 @@ from typing import Callable
 import pytest
 
 from kernelsmith.builtin import cuda_gen
-from kernelsmith.builtin.ir import ConvGroup, GemmGroup, Group, Op, PointwiseGroup, PoolGroup, ReductionGroup, Value
+from kernelsmith.builtin.ir import CatGroup, ConvGroup, GemmGroup, Group, Op, PointwiseGroup, PoolGroup, ReductionGroup, Value
 
 TORCH_HEADER = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10)/', re.MULTILINE)
 
@@ -344,12 +344,20 @@ def long_row_mean_case() -> Case:
                 tags={"split"})
 
 
+def cat_case() -> Case:
+    """cat([a, b, a], dim=1): a part twice, the parts of different extents along dim."""
+    a, b, y = _v("a", (2, 3, 5)), _v("b", (2, 4, 5)), _v("y", (2, 10, 5))
+    group = CatGroup("k27_cat", [a, b], [y], parts=["a", "b", "a"], dim=1, sizes=(3, 4, 3), result="y",
+                     out_shape=y.shape)
+    return Case(group, _values(a, b, y), lambda torch, t: [torch.cat([t["a"], t["b"], t["a"]], 1)], tags={"cat"})
+
+
 CASES = {f.__name__.removesuffix("_case"): f for f in (
     pointwise_case, softmax_case, rmsnorm_case, column_sum_case, argmax_case, gemm_case, log_softmax_case,
     column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case,
     conv2d_case, conv_transpose1d_case, depthwise_conv3d_case, max_pool_case, avg_pool3d_case, cumsum_rows_case,
     cumsum_columns_case, masked_case, float_input_case, frobenius_case, long_row_softmax_case, long_row_argmax_case,
-    long_row_mean_case)}
+    long_row_mean_case, cat_case)}
 
 
 def generate_all() -> dict[str, cuda_gen.Generated]:

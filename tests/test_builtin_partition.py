@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kernelsmith.builtin.graph import capture
-from kernelsmith.builtin.ir import ConvGroup, GemmGroup, PointwiseGroup, PoolGroup, ReductionGroup, ViewStep
+from kernelsmith.builtin.ir import CatGroup, ConvGroup, GemmGroup, PointwiseGroup, PoolGroup, ReductionGroup, ViewStep
 from kernelsmith.builtin.partition import plan
 
 
@@ -407,6 +407,17 @@ def test_parameters_inside_sequential_children_are_reached_from_model_new(tmp_pa
         reached = eval(param.source, {"self": model})
         assert isinstance(reached, torch.Tensor) and tuple(reached.shape) == param.shape
     assert "getattr(self.net, '0').weight" in model_new
+
+
+def test_cat_is_a_kernel_of_its_own_between_the_kernels_of_its_parts(tmp_path):
+    init = "self.conv = nn.Conv2d(3, 4, 1)"
+    p = plan_of(tmp_path, init, "a = torch.relu(x)\nreturn torch.sigmoid(torch.cat([self.conv(x), a, a], dim=-3))",
+                "[torch.randn(2, 3, 5, 5)]")
+    relu, conv, cat, sigmoid = p.groups()
+    assert isinstance(cat, CatGroup) and cat.dim == 1 and cat.sizes == (4, 3, 3) and cat.out_shape == (2, 10, 5, 5)
+    assert cat.parts == [conv.outputs[0].name, relu.outputs[0].name, relu.outputs[0].name]
+    assert [v.name for v in cat.inputs] == [conv.outputs[0].name, relu.outputs[0].name]  # a repeated part read once
+    assert names(sigmoid.body) == ["sigmoid"] and [v.name for v in sigmoid.inputs] == [cat.result]
 
 
 def test_attribute_paths_that_are_not_plain_names_use_getattr():

@@ -9,8 +9,8 @@ from math import prod
 
 from kernelsmith.builtin import ops, window
 from kernelsmith.builtin.access import Access, access_for, broadcastable
-from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, SCANS, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
-                                    PoolGroup, ReductionGroup, Value)
+from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, SCANS, CatGroup, ConvGroup, GemmGroup, Generated, Group,
+                                    PointwiseGroup, PoolGroup, ReductionGroup, Value)
 
 SCHEDULES = [("omp static", "#pragma omp parallel for schedule(static)"),
              ("omp dynamic, chunks of 16", "#pragma omp parallel for schedule(dynamic, 16)"),
@@ -28,6 +28,8 @@ def generate(group: Group, values: dict[str, Value]) -> Generated:
         body = _conv(group, values)
     elif isinstance(group, PoolGroup):
         body = _pool(group, values)
+    elif isinstance(group, CatGroup):
+        body = _cat(group)
     else:
         raise ValueError(f"no CPU generator for {group.kind}")
     source = "\n".join([HEADER, body, _binding(group, values)])
@@ -274,11 +276,25 @@ def _per_output(group, values, compute: list[str], result: str, operands: tuple[
     body = [f"    {line}" for line in window.decode("flat", group.out_shape)] + compute
     body += _loads(group, values, group.out_shape, "flat", names, only=others) + ops.body_lines(group.epilogue, names)
     body += [f"    out{j}[flat] = {names[o.name]};" for j, o in enumerate(group.outputs)]
+    return _flat_loop(group, body)
 
+
+def _flat_loop(group: PoolGroup | ConvGroup | CatGroup, body: list[str]) -> str:
+    """`body` once per output element `flat`, under each of the SCHEDULES."""
     def loop(pragma):
         return (f"  {pragma}\n  for (int64_t flat = 0; flat < {prod(group.out_shape)}LL; ++flat) {{\n"
                 + "\n".join(body) + "\n  }")
     return _variants(group.name, _params(group), _call_args(group), loop)
+
+
+# --- concatenation ---------------------------------------------------------------------------
+
+def _cat(group: CatGroup) -> str:
+    """Each output element read from the part that holds it (window.cat_lines)."""
+    index = {v.name: i for i, v in enumerate(group.inputs)}
+    body = [f"    {line}" for line in window.cat_lines(group, lambda part, offset: f"in{index[part]}[{offset}]")]
+    body += [f"    out{j}[flat] = v_{group.result};" for j in range(len(group.outputs))]
+    return _flat_loop(group, body)
 
 
 def _conv_geometry(group: ConvGroup) -> dict[str, tuple[int, ...]]:
@@ -369,6 +385,8 @@ def _space(group: Group):
         return lambda v: None if v.name in (group.x, group.w) else group.out_shape
     if isinstance(group, PoolGroup):
         return lambda v: None if v.name == group.x else group.out_shape
+    if isinstance(group, CatGroup):
+        return lambda v: None  # every part is read dense
     return lambda v: group.in_shape if _broadcasts(v, group.in_shape) else group.result_shape
 
 

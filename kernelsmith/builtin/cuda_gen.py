@@ -19,7 +19,7 @@ from string import Template
 
 from kernelsmith.builtin import ops, window
 from kernelsmith.builtin.access import Access, access_for
-from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, SCANS, ConvGroup, GemmGroup, Generated, Group,
+from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, SCANS, CatGroup, ConvGroup, GemmGroup, Generated, Group,
                                     PointwiseGroup, PoolGroup, ReductionGroup, Value)
 
 MAX_BLOCKS = 1 << 20  # grid-stride loops cover the rest
@@ -43,6 +43,8 @@ def generate(group: Group, values: dict[str, Value]) -> Generated:
         return _conv(group, values)
     if isinstance(group, PoolGroup):
         return _pool(group, values)
+    if isinstance(group, CatGroup):
+        return _cat(group)
     raise ValueError(f"{group.name}: {group.kind} groups are unsupported by the CUDA generator")
 
 
@@ -1288,18 +1290,35 @@ def _pool(group: PoolGroup, values: dict[str, Value]) -> Generated:
     lines = window.decode("flat", group.out_shape) + window.pool_lines(group, f"__ldg(&p_{group.x}[{{}}])")
     lines += [f"const float {r.var} = {r.load('flat')};" for r in reads] + epilogue
     lines += [f"p_{o.name}[flat] = {names[o.name]};" for o in group.outputs]
+    what = (f"{group.mode} pooling of {list(group.in_shape)} -> {list(group.out_shape)}, window {list(group.kernel)}, "
+            f"stride {list(group.stride)}, padding {list(group.padding)}, its epilogue")
+    return _per_output(group, what, params, lines, {group.x} | _dense(reads))
+
+
+def _per_output(group: PoolGroup | CatGroup, what: str, params: list[Param], lines: list[str],
+                dense: set[str]) -> Generated:
+    """A grid-stride kernel running `lines` once per output element `flat`, in POOL_THREADS variants."""
+    numel = prod(group.out_shape)
     kernel = (f"__global__ void __launch_bounds__(512) {group.name}_kernel({_signature(params, True)}) {{\n"
               "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
-              f"  for (int64_t flat = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; flat < {prod(group.out_shape)}LL; "
+              f"  for (int64_t flat = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; flat < {numel}LL; "
               "flat += step) {\n" + "\n".join(_indent(lines, 4)) + "\n  }\n}\n")
     launch = [_table("int", "kThreads", POOL_THREADS), "  const int threads = kThreads[config];",
-              f"  {group.name}_kernel<<<ks_blocks({prod(group.out_shape)}LL, threads), threads, 0, stream>>>"
-              f"({_call(params)});"]
-    what = (f"{group.mode} pooling of {list(group.in_shape)} -> {list(group.out_shape)}, window {list(group.kernel)}, "
-            f"stride {list(group.stride)}, padding {list(group.padding)}")
-    source = _cu_file(group, f"{what}, its epilogue", [kernel], _launcher(group.name, params, len(POOL_THREADS), launch))
-    return _generated(group, {f"{group.name}.cu": source}, params, {group.x} | _dense(reads),
+              f"  {group.name}_kernel<<<ks_blocks({numel}LL, threads), threads, 0, stream>>>({_call(params)});"]
+    source = _cu_file(group, what, [kernel], _launcher(group.name, params, len(POOL_THREADS), launch))
+    return _generated(group, {f"{group.name}.cu": source}, params, dense,
                       [f"one output per thread step, {t} threads/block" for t in POOL_THREADS])
+
+
+# --- concatenation ---------------------------------------------------------------------------
+
+def _cat(group: CatGroup) -> Generated:
+    """Each output element read from the part that holds it (window.cat_lines); parts dense."""
+    params = _input_params(group) + _output_params(group)
+    lines = window.cat_lines(group, lambda part, offset: f"__ldg(&p_{part}[{offset}])")
+    lines += [f"p_{o.name}[flat] = v_{group.result};" for o in group.outputs]
+    what = f"cat of {len(group.parts)} parts along dim {group.dim} -> {list(group.out_shape)}"
+    return _per_output(group, what, params, lines, set(group.parts))
 
 
 # --- binding -------------------------------------------------------------------------------

@@ -204,6 +204,24 @@ class PoolGroup(Group):
 
 
 @dataclass
+class CatGroup(Group):
+    """out = torch.cat(parts, dim): each part, contiguous, copied into its slice of the output.
+    A part may appear more than once (`torch.cat([x, x])`); `sizes` are the parts' extents
+    along dim. No epilogue: the pointwise work after a cat is the next kernel."""
+
+    parts: list[str] = field(default_factory=list)
+    dim: int = 0
+    sizes: tuple[int, ...] = ()
+    result: str = ""
+    out_shape: tuple[int, ...] = ()
+
+    kind = "cat"
+
+    def ops(self) -> list[Op]:
+        return []
+
+
+@dataclass
 class ViewStep:
     """A view taken in Python between kernels (allowed in ModelNew.forward): `out = expr`."""
 

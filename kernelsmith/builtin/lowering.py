@@ -22,6 +22,7 @@ VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "permute", "
          "expand", "slice", "select"}
 GEMMS = {"addmm", "mm", "bmm"}
 CONVOLUTIONS = {"convolution"}
+CATS = {"cat"}
 POOLS = {"max_pool", "avg_pool2d", "avg_pool3d"}  # max_pool: max_poolNd_with_indices's values, folded
 REDUCTION_TARGETS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "argmax": "argmax",
                      "argmin": "argmin", "_softmax": "softmax", "_log_softmax": "log_softmax",
@@ -44,6 +45,8 @@ def kind_of(node: Node) -> str:
         return "conv"
     if name in POOLS:
         return "pool"
+    if name in CATS:
+        return "cat"
     if name in VIEWS:
         return "view"
     return "unsupported"

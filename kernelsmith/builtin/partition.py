@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from kernelsmith.builtin import lowering, remat
 from kernelsmith.builtin.access import broadcastable
 from kernelsmith.builtin.graph import Graph, Node
-from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, ConvGroup, GemmGroup, Group, Op, Plan, PointwiseGroup,
-                                    PoolGroup, ReductionGroup, Value, ViewStep)
+from kernelsmith.builtin.ir import (FULL_SHAPE_REDUCTIONS, CatGroup, ConvGroup, GemmGroup, Group, Op, Plan,
+                                    PointwiseGroup, PoolGroup, ReductionGroup, Value, ViewStep)
 from kernelsmith.builtin.lowering import Unsupported
 
 FLOAT = "float32"
@@ -244,6 +244,22 @@ class Partitioner:
                               count_include_pad=count, divisor_override=args[6], **common)
         group.result, group.in_shape, group.out_shape = node.name, self.values[x].shape, node.shape
         self.add_inputs(group, [x])
+        self.push(group, node.name)
+
+    # --- concatenation -------------------------------------------------------------------------
+
+    def add_cat(self, node: Node) -> None:
+        parts, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
+        self.require_float(node, parts)
+        dim %= len(node.shape)
+        if any(not self.values[p].contiguous for p in parts):
+            raise Unsupported("cat of a non-contiguous tensor")
+        sizes = tuple(self.values[p].shape[dim] if len(self.values[p].shape) == len(node.shape) else 0 for p in parts)
+        if 0 in sizes:
+            raise Unsupported("cat with an empty part")
+        group = CatGroup(self.new_name("cat"), [], [], parts=list(parts), dim=dim, sizes=sizes, result=node.name,
+                         out_shape=node.shape)
+        self.add_inputs(group, parts)
         self.push(group, node.name)
 
     # --- views -----------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """C code shared by both generators for ops over spatial windows (convolution on the CPU,
 pooling on both): the output index decoded, and the window walked, in three spatial dims (a
-missing leading dim has size 1, so one code path serves 1-, 2- and 3-d)."""
+missing leading dim has size 1, so one code path serves 1-, 2- and 3-d). Also the element of
+a concatenation, which both generators read the same way."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
 
-from kernelsmith.builtin.ir import PoolGroup
+from kernelsmith.builtin.ir import CatGroup, PoolGroup
 
 
 def three(values, fill: int) -> tuple[int, ...]:
@@ -63,3 +65,19 @@ def _avg_window(group, kernel, stride, padding, size, x_at) -> list[str]:
     else:
         divisor = "(float)padded" if group.count_include_pad else "(float)inside"
     return lines + [f"const float v_{group.result} = acc / {divisor};"]
+
+
+def cat_lines(group: CatGroup, read: Callable[[str, str], str]) -> list[str]:
+    """Lines that leave element `flat` of torch.cat(parts, dim) in `v_<result>`: the output
+    viewed as [outer, total, inner], the part that holds position j along dim read at
+    (outer, j - start, inner). `read(part, offset)` formats one load."""
+    inner, total = prod(group.out_shape[group.dim + 1:]), group.out_shape[group.dim]
+    lines = [f"const int64_t cat_inner = flat % {inner}LL, cat_j = flat / {inner}LL % {total}LL, "
+             f"cat_outer = flat / {inner * total}LL;", f"float v_{group.result};"]
+    start = 0
+    for i, (part, size) in enumerate(zip(group.parts, group.sizes)):
+        offset = f"(cat_outer * {size}LL + cat_j - {start}LL) * {inner}LL + cat_inner"
+        test = "" if i == len(group.parts) - 1 else f"if (cat_j < {start + size}LL) "
+        lines.append(("else " if i else "") + f"{test}v_{group.result} = {read(part, offset)};")
+        start += size
+    return lines
