@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm
 # Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -55,6 +55,18 @@ case "$STEP" in
     for f in rows.jsonl lint.json baselines.json; do [ -f $B/$f ] && cp $B/$f "$OUT/builtin/$f"; done
     # every session's events (turns, tool results, timestamps): where a slow or failed task spent its time
     (cd $B && find workdirs -name events.jsonl -print0 | tar czf "$OUT/builtin/events.tgz" --null -T -) ;;
+  baselines-per-gpu)  # eager and compile baselines of the tasks given, one task per GPU side by side: max-autotune
+                      # alone compiles for 6-8 minutes on the level-3 networks. Seed them into the builtin bench's
+                      # cache with: python bench/seed_baselines.py baselines.jsonl --tasks .shared/kernelbench --out $R/builtin_baselines_cache.json
+    i=0
+    for t in "$@"; do
+      mkdir -p "$OUT/b$i"
+      (CUDA_VISIBLE_DEVICES=$i timeout 560 python3 bench/baselines.py "$t" --workers 1 --timeout 550 --deadline 60 \
+        --out "$OUT/b$i" > "$OUT/b$i/log" 2>&1; echo "$t rc=$?") &
+      i=$((i+1))
+    done
+    wait
+    cat "$OUT"/b*/baselines.jsonl > "$OUT/baselines.jsonl" 2>/dev/null; cut -c1-300 "$OUT/baselines.jsonl" ;;
   probe-throw)  # does a failing TORCH_CHECK raise? torch alone, our builds, torch's load_inline, other compilers,
                 # stack traces off, and cuda-gdb's native stack at the crash (all in throw.log)
     { python3 bench/probes/throw_probe.py env
@@ -76,6 +88,6 @@ case "$STEP" in
   baselines-autotune)  # levels 1 and 3 with max-autotune-no-cudagraphs too (several calls; pass earlier outputs)
     timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --workers 2 --deadline 480 --timeout 300 \
       --previous $R/baselines_run1.jsonl "$@" --out "$OUT" 2>&1 | grep -v '^|' | tail -30 ;;
-  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
      exit 2 ;;
 esac
