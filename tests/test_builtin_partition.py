@@ -420,6 +420,16 @@ def test_cat_is_a_kernel_of_its_own_between_the_kernels_of_its_parts(tmp_path):
     assert names(sigmoid.body) == ["sigmoid"] and [v.name for v in sigmoid.inputs] == [cat.result]
 
 
+def test_layouts_are_the_generated_codes_not_eagers(tmp_path):
+    """A kernel writes its output dense whatever layout eager gives the value: `x.t() * 2` is a
+    contiguous cat part here, and `(x.t() * 2).t()` is not (eager says the opposite of both)."""
+    p = plan_of(tmp_path, "", "return torch.cat([x.t() * 2, rest[0]], 0)", "[torch.randn(4, 3), torch.randn(2, 4)]")
+    assert not p.unsupported and isinstance(p.groups()[-1], CatGroup)
+    p = plan_of(tmp_path, "", "return torch.cat([(x.t() * 2).t(), rest[0]], 0)",
+                "[torch.randn(3, 4), torch.randn(2, 4)]")
+    assert p.unsupported == ["cat of a non-contiguous tensor"]  # refused here, not failing at run time
+
+
 def test_attribute_paths_that_are_not_plain_names_use_getattr():
     from kernelsmith.builtin.graph import attribute_source
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import torch
+
 from kernelsmith.builtin import lowering, remat
 from kernelsmith.builtin.access import broadcastable
 from kernelsmith.builtin.graph import Graph, Node
@@ -119,7 +121,7 @@ class Partitioner:
         else:
             group.ops().append(op)
         self.add_inputs(group, others)
-        self.owner[node.name] = index
+        self.own(node.name, index)
 
     # --- reductions ----------------------------------------------------------------------
 
@@ -137,7 +139,7 @@ class Partitioner:
             group.name = chain.name.replace("_pointwise", "_reduction")
             group.inputs, group.prologue = chain.inputs, chain.body
             self.steps[last] = group  # the chain becomes the prologue, in place
-            self.owner[node.name] = last
+            self.own(node.name, last)
         elif self.epilogue_moves(chain, node):
             self.move_epilogue(chain, group, node)
         else:
@@ -165,7 +167,7 @@ class Partitioner:
         self.add_inputs(group, reads)
         self.push(group, node.name)
         for name in moved:
-            self.owner[name] = len(self.steps) - 1
+            self.own(name, len(self.steps) - 1)
 
     # --- GEMMs -----------------------------------------------------------------------------
 
@@ -316,7 +318,30 @@ class Partitioner:
 
     def push(self, step, produced: str) -> None:
         self.steps.append(step)
-        self.owner[produced] = len(self.steps) - 1
+        self.own(produced, len(self.steps) - 1)
+
+    def own(self, name: str, index: int) -> None:
+        """`name` is made by step `index`. Its layout is the generated code's, not eager's: a kernel
+        writes its outputs dense, and a view of one is as contiguous as that view of a dense tensor
+        (eager's `(x.t() * 2).t()` is contiguous, ours is not)."""
+        self.owner[name] = index
+        if isinstance(self.steps[index], Group):
+            self.values[name].contiguous = True
+        else:
+            self.values[name].contiguous = self.contiguous_view(name)
+
+    def contiguous_view(self, name: str) -> bool:
+        try:
+            return self.layout(name).is_contiguous()
+        except Exception:  # noqa: BLE001  (a view meta tensors cannot replay: read it through strides)
+            return False
+
+    def layout(self, name: str) -> torch.Tensor:
+        """A meta tensor laid out as the generated forward lays out the value `name` (owned)."""
+        step = self.steps[self.owner[name]]
+        if isinstance(step, ViewStep):
+            return eval(step.expr.format(x="source"), {"source": self.layout(step.source), "torch": torch})
+        return torch.empty(self.values[name].shape, device="meta")
 
     def new_name(self, kind: str) -> str:
         return f"k{sum(isinstance(s, Group) for s in self.steps)}_{kind}"
