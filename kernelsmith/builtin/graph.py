@@ -250,18 +250,18 @@ def _inline_literals(nodes: list[Node], literals: dict[str, float | int]) -> lis
 
     kept = []
     for node in nodes:
-        if not set(_names_in(node.args) + _names_in(list(node.kwargs.values()))) & set(literals):
+        names = set(_reads(node))
+        if not names & set(literals):
             kept.append(node)
-            continue
-        names = set(_names_in(node.args) + _names_in(list(node.kwargs.values())))
-        if kind_of(node) == "pointwise" and names <= set(literals):  # clone(c), sqrt(c): a number too
-            literals[node.name] = _fold(node, literals)
             continue
         if kind_of(node) != "pointwise":
             raise CaptureError(f"a constant tensor made in forward feeds {node.target}; "
                                "only pointwise ops may read one")
+        if names <= set(literals):  # clone(c), sqrt(c): a number too
+            literals[node.name] = _fold(node, literals)
+            continue
         node.args = _substitute(node.args, literals)
-        node.kwargs = {k: _substitute([v], literals)[0] for k, v in node.kwargs.items()}
+        node.kwargs = dict(zip(node.kwargs, _substitute(list(node.kwargs.values()), literals)))
         kept.append(node)
     return kept
 
@@ -272,12 +272,11 @@ def _fold(node: Node, literals: dict[str, float | int]) -> float | int:
     for part in node.target.split("."):
         op = getattr(op, part)
 
-    def tensor(a):
-        value = literals[a]
+    def tensor(value):
         return torch.tensor(value, dtype=torch.int64 if isinstance(value, int) else torch.float32)
-    args = [tensor(a) if isinstance(a, str) and a in literals else a for a in node.args]
-    kwargs = {k: tensor(v) if isinstance(v, str) and v in literals else v for k, v in node.kwargs.items()}
-    result = op(*args, **kwargs)
+    tensors = {name: tensor(literals[name]) for name in _reads(node)}
+    kwargs = dict(zip(node.kwargs, _substitute(list(node.kwargs.values()), tensors)))
+    result = op(*_substitute(node.args, tensors), **kwargs)
     _require_number(result)
     return result.item()
 
@@ -301,7 +300,7 @@ def _live(nodes: list[Node], outputs: list[str]) -> list[Node]:
     wanted = set(outputs)
     for node in reversed(nodes):
         if node.name in wanted:
-            wanted.update(_names_in(node.args) + _names_in(list(node.kwargs.values())))
+            wanted.update(_reads(node))
     return [n for n in nodes if n.name in wanted]
 
 
@@ -335,11 +334,16 @@ def _arg(arg):
 def _consumers(graph: Graph) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for node in graph.nodes:
-        for name in _names_in(node.args) + _names_in(list(node.kwargs.values())):
+        for name in _reads(node):
             found.setdefault(name, []).append(node.name)
     for name in graph.outputs:
         found.setdefault(name, []).append("output")
     return found
+
+
+def _reads(node: Node) -> list[str]:
+    """The value names among a node's arguments and keyword arguments."""
+    return _names_in(node.args) + _names_in(list(node.kwargs.values()))
 
 
 def _names_in(args) -> list[str]:
