@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from kernelsmith.bench import level_of, task_files
-from kernelsmith.harness import runner
+from kernelsmith.evaluation import runner
 
 MODES = ("default", "max-autotune-no-cudagraphs")
 

@@ -21,9 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from kernelsmith.evaluate import EvalOptions, build_step, profile_step, verify_step
-from kernelsmith.harness import runner
-from kernelsmith.harness.result import EvalResult
+from kernelsmith.evaluation.options import EvalOptions
+
+from kernelsmith.evaluation.evaluate import build_step, profile_step, verify_step
+from kernelsmith.evaluation import runner
+from kernelsmith.evaluation.result import EvalResult
 
 
 def timed(fn):

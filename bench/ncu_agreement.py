@@ -74,8 +74,9 @@ def main() -> None:
     if args.child:
         return child(args.reference, args.candidate)
     candidate = args.candidate / "model_new.py" if args.candidate.is_dir() else args.candidate
-    from kernelsmith.evaluate import EvalOptions, profile_step
-    from kernelsmith.harness.result import EvalResult
+    from kernelsmith.evaluation.options import EvalOptions
+    from kernelsmith.evaluation.evaluate import profile_step
+    from kernelsmith.evaluation.result import EvalResult
 
     result = EvalResult(device="cuda")
     profile_step(args.reference.resolve(), candidate.resolve(), EvalOptions(device="cuda", compile_baseline=False),

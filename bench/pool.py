@@ -21,7 +21,9 @@ import threading
 import time
 from pathlib import Path
 
-from kernelsmith.evaluate import EvalOptions, evaluate
+from kernelsmith.evaluation.options import EvalOptions
+
+from kernelsmith.evaluation.evaluate import evaluate
 from kernelsmith.sandbox.local import LocalSandbox
 
 

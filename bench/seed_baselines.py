@@ -23,7 +23,8 @@ from collections import Counter
 from pathlib import Path
 
 from kernelsmith.errors import KernelsmithError
-from kernelsmith.evaluate import COMPILE_MODES, cache_key, merge_cache, task_digest
+from kernelsmith.evaluation.options import COMPILE_MODES
+from kernelsmith.evaluation.baselines import cache_key, merge_cache, task_digest
 from kernelsmith.task import load_task
 
 

@@ -250,7 +250,7 @@ def match_candidates(references: Path, candidates: Path) -> list[tuple[Path, Pat
 
 def eval_only(plan: BenchPlan, references: Path, candidates: Path, sandbox,
               on_row: Progress | None = None) -> list[dict]:
-    from kernelsmith.evaluate import EvalOptions
+    from kernelsmith.evaluation.options import EvalOptions
 
     opts = EvalOptions(device=plan.device, precision=plan.settings.precision, trials=plan.settings.trials,
                        cache_path=baselines_cache(plan))

@@ -41,8 +41,8 @@ def _check_choice(value: str, choices, flag: str) -> str:
 
 
 def _options(device, precision, trials=5, profile=True, **extra):
-    from kernelsmith.evaluate import EvalOptions
-    from kernelsmith.harness.result import PRECISIONS
+    from kernelsmith.evaluation.options import EvalOptions
+    from kernelsmith.evaluation.result import PRECISIONS
 
     device = _check_choice(device or default_device(), ("cuda", "cpu"), "--device")
     if device == "cuda" and default_device() != "cuda":
@@ -119,7 +119,7 @@ def compile_cmd(workdir: Optional[Path] = typer.Argument(None, help="workdir (de
                 as_json: bool = JsonOpt) -> None:
     """Build kernels/ (incremental; unchanged sources are a cache hit)."""
     from kernelsmith.console import console
-    from kernelsmith.evaluate import run_build
+    from kernelsmith.evaluation.evaluate import run_build
 
     path, config = _workdir(workdir)
     built = run_build(path / "kernels", config.device, fast_math)
@@ -133,7 +133,7 @@ def compile_cmd(workdir: Optional[Path] = typer.Argument(None, help="workdir (de
 
 
 def _evaluate_workdir(workdir: Optional[Path], profile: bool, **opts_kw):
-    from kernelsmith.evaluate import evaluate_workdir
+    from kernelsmith.evaluation.evaluate import evaluate_workdir
 
     path, config = _workdir(workdir)
     opts_kw["device"] = opts_kw.get("device") or config.device
@@ -184,7 +184,7 @@ def eval_cmd(reference: Path = typer.Argument(..., help="KernelBench-format refe
              timeout: float = typer.Option(300.0, "--timeout", help="seconds per candidate job"),
              as_json: bool = JsonOpt) -> None:
     """Score any ModelNew file against a reference with the kernelsmith harness."""
-    from kernelsmith.evaluate import evaluate
+    from kernelsmith.evaluation.evaluate import evaluate
     from kernelsmith.task import load_task
 
     for path in (reference, candidate):

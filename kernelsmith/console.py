@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelsmith.harness.result import EvalResult
+from kernelsmith.evaluation.result import EvalResult
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)

@@ -100,7 +100,7 @@ def check_ninja() -> Check:
 
 def check_extension_compiler() -> Check:
     """Whether extensions that $CXX (else c++) builds work inside the torch process (toolchain.py)."""
-    from kernelsmith.harness import toolchain
+    from kernelsmith.evaluation import toolchain
 
     compiler = toolchain.requested_compiler()
     fit, why = toolchain.verdict(compiler)  # never raises: a probe that cannot run is (None, why)

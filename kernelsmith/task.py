@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelsmith.errors import BadInput
-from kernelsmith.harness import runner
+from kernelsmith.evaluation import runner
 
 SPEC_DTYPES = {
     "float32": "torch.float32", "float": "torch.float32", "fp32": "torch.float32",

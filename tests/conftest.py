@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.evaluate import EvalOptions, evaluate
+from kernelsmith.evaluation.options import EvalOptions
+
+from kernelsmith.evaluation.evaluate import evaluate
 
 TASK = '''
 import torch

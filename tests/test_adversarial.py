@@ -252,7 +252,8 @@ def get_init_inputs():
 def test_ignoring_weights_that_initialise_to_constants(candidate, task_dir):
     """Rebuilding under a new seed would give the same ones and zeros every trial; the
     harness perturbs them, so a candidate using its own copy of the init fails."""
-    from kernelsmith.evaluate import EvalOptions, evaluate
+    from kernelsmith.evaluation.options import EvalOptions
+    from kernelsmith.evaluation.evaluate import evaluate
 
     reference = task_dir / "constant_init.py"
     reference.write_text(CONSTANT_INIT_TASK)

@@ -14,9 +14,10 @@ from kernelsmith import bench
 from kernelsmith import workdir as wd
 from kernelsmith.agent.run import eval_options, prepare_workdir
 from kernelsmith.config import Settings, load_settings
-from kernelsmith.evaluate import (COMPILE_MODES, EvalOptions, apply_compile_baselines, cache_key, task_key,
+from kernelsmith.evaluation.options import COMPILE_MODES, EvalOptions
+from kernelsmith.evaluation.baselines import apply_compile_baselines, cache_key, task_key
                                   update_cache)
-from kernelsmith.harness.result import EvalResult
+from kernelsmith.evaluation.result import EvalResult
 
 SEED = Path(__file__).parent.parent / "bench" / "seed_baselines.py"
 GPU, TORCH = "NVIDIA H200", "2.11.0+cu130"

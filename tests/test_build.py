@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.harness import build, runner
+from kernelsmith.evaluation import build_plan, runner
+from kernelsmith.harness import build
 from kernelsmith.harness.build import MAX_ERRORS, nvcc_compile_only, summarize_errors
 
 ADD_ONE = r'''// a second translation unit: y = x + 1
@@ -207,11 +208,11 @@ def test_cu_files_only_build_for_cuda(tmp_path):
     for name in ("a.cpp", "b.cu", "c.cc", "notes.txt", "d.cuh"):
         (tmp_path / name).write_text("// x\n")
     (tmp_path / "sub.cpp").mkdir()  # a folder is not a source
-    assert [p.name for p in build.kernel_sources(tmp_path, "cuda")] == ["a.cpp", "b.cu", "c.cc"]
-    with pytest.raises(build.BuildError, match="CUDA sources"):  # a CUDA folder built for the CPU
-        build.kernel_sources(tmp_path, "cpu")
+    assert [p.name for p in build_plan.kernel_sources(tmp_path, "cuda")] == ["a.cpp", "b.cu", "c.cc"]
+    with pytest.raises(build_plan.BuildError, match="CUDA sources"):  # a CUDA folder built for the CPU
+        build_plan.kernel_sources(tmp_path, "cpu")
     (tmp_path / "b.cu").unlink()
-    assert [p.name for p in build.kernel_sources(tmp_path, "cpu")] == ["a.cpp", "c.cc"]
+    assert [p.name for p in build_plan.kernel_sources(tmp_path, "cpu")] == ["a.cpp", "c.cc"]
 
 
 def test_empty_kernels_dir_fails_readably(tmp_path, monkeypatch):

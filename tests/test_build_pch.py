@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.harness import build, pch, runner
+from kernelsmith.evaluation import build_plan, runner
+from kernelsmith.harness import build, pch
 
 CXX = os.environ.get("CXX", "c++")
 pytestmark = pytest.mark.skipif(not pch.is_gcc(CXX), reason=f"{CXX} is not GCC")
@@ -153,7 +154,7 @@ def test_kernelsmith_pch_0_turns_it_off(tmp_path, monkeypatch):
 
 # --- real builds with the real PCH ---------------------------------------------------------------
 
-CPU_CFLAGS = build.compile_flags("cpu", fast_math=False)["cflags"]
+CPU_CFLAGS = build_plan.compile_flags("cpu", fast_math=False)["cflags"]
 PLAIN = "// no torch in this file: the build's one torch compile is binding.cpp\nint ks_pch_answer() { return %d; }\n"
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import HONEST
 from kernelsmith.harness.compare import compare
-from kernelsmith.reward import RewardThresholds, milestone_reward
+from kernelsmith.evaluation.reward import RewardThresholds, milestone_reward
 
 
 def test_every_timed_run_sees_new_inputs(candidate, run_eval, tmp_path):

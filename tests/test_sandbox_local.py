@@ -14,8 +14,7 @@ import time
 
 import pytest
 
-from kernelsmith.evaluate import EvalOptions
-from kernelsmith.harness import build as harness_build
+from kernelsmith.evaluation.options import EvalOptions
 from kernelsmith.sandbox.local import LocalSandbox, gpu_slots, visible_gpus
 
 from conftest import HONEST

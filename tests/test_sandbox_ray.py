@@ -18,7 +18,7 @@ ray = pytest.importorskip("ray")
 
 from conftest import HONEST  # noqa: E402
 
-from kernelsmith.evaluate import EvalOptions  # noqa: E402
+from kernelsmith.evaluation.options import EvalOptions  # noqa: E402
 from kernelsmith.sandbox import ray_pool  # noqa: E402
 from kernelsmith.sandbox.ray_pool import ACTOR_ENV, RaySandbox  # noqa: E402
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.harness import toolchain
+from kernelsmith.evaluation import toolchain
 
 
 def _static_libstdcxx_available() -> bool:
@@ -101,14 +101,14 @@ def test_an_unwritable_cache_still_gives_a_verdict_and_never_fails_a_build(tmp_p
 
 
 def test_the_build_stamp_changes_with_the_compiler(tmp_path, monkeypatch):
-    from kernelsmith.harness import build
+    from kernelsmith.evaluation import build_plan
 
     source = tmp_path / "k_binding.cpp"
     source.write_text("// empty\n")
     monkeypatch.setenv("CXX", "g++")
-    first = build.fingerprint([source], {}, "", "ks_x_cpu")
+    first = build_plan.fingerprint([source], {}, "", "ks_x_cpu")
     monkeypatch.setenv("CXX", "/usr/bin/c++")
-    assert build.fingerprint([source], {}, "", "ks_x_cpu") != first  # a .so from the unfit compiler is not reused
+    assert build_plan.fingerprint([source], {}, "", "ks_x_cpu") != first  # a .so from the unfit compiler is not reused
 
 
 def test_verdicts_are_cached_per_compiler(own_cache, bad_cxx, monkeypatch):

@@ -21,7 +21,7 @@ from kernelsmith import workdir as wd
 from kernelsmith.agent.tools import (MAX_OUTPUT, TOOL_NAMES, Outcome, Toolbox, clip, network_isolation,
                                      spec_of)
 from kernelsmith.backends.base import ToolCall
-from kernelsmith.harness.result import EvalResult
+from kernelsmith.evaluation.result import EvalResult
 from kernelsmith.task import TaskSource
 
 REFUSAL_HINT = ("model_new.py", "kernels/", "notes.md")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from kernelsmith.harness.result import EvalResult
+from kernelsmith.evaluation.result import EvalResult
 
 
 class Evaluator(Protocol):

@@ -17,7 +17,7 @@ from kernelsmith.backends import backend_name, context_window, create_backend
 from kernelsmith.backends.base import TextSink, Usage
 from kernelsmith.config import Settings
 from kernelsmith.errors import BadInput, KernelsmithError
-from kernelsmith.evaluate import EvalOptions
+from kernelsmith.evaluation.options import EvalOptions
 from kernelsmith.gitops import KernelRepo
 from kernelsmith.sandbox.base import SandboxEvaluator
 from kernelsmith.session import reader

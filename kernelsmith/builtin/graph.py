@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from kernelsmith.builtin.ir import Value
-from kernelsmith.harness import loading
+from kernelsmith.evaluation import sources
 
 DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
           torch.int64: "int64", torch.int32: "int32", torch.bool: "bool", torch.float64: "float64"}
@@ -67,8 +67,8 @@ def capture(task_path: Path) -> Graph:
 
 
 def _capture(task_path: Path) -> Graph:
-    task = loading.load_module(task_path, "ks_builtin_task")
-    loading.require(task, "Model", "get_inputs", "get_init_inputs")
+    task = sources.load_source(task_path, "ks_builtin_task")
+    sources.require(task, "Model", "get_inputs", "get_init_inputs")
     with torch.device("meta"):
         model = task.Model(*task.get_init_inputs())
         inputs = tuple(task.get_inputs())

@@ -122,7 +122,7 @@ def rewrite_imports(source: str, sha: str) -> str:
 
 
 def _manifest(config, row: dict, target: Path) -> dict:
-    from kernelsmith.harness.build import compile_flags, libraries_used
+    from kernelsmith.evaluation.build_plan import compile_flags, libraries_used
     from kernelsmith.task import check_task
 
     report = check_task(target / "reference.py", config.device, config.precision)

@@ -14,9 +14,6 @@ the speed-up, never the build.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import importlib.machinery
 import importlib.util
 import json
@@ -27,183 +24,13 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-INFRA_FILES = ("binding.cpp", "binding_registry.h")
+from kernelsmith.evaluation.build_plan import (TEMPLATES, BuildError, BuildResult, _flat, _plan, _torch_version,
+                                               cached_result, fingerprint)
+
 MAX_ERRORS = 5
 CONTEXT_LINES = 2
-
-
-class BuildError(Exception):
-    """A build that failed; `summary` is the short, readable form of the log."""
-
-    def __init__(self, summary: str, log: str):
-        super().__init__(summary)
-        self.summary = summary
-        self.log = log
-
-
-@dataclass
-class BuildResult:
-    ok: bool
-    cached: bool
-    seconds: float
-    so_path: str = ""
-    name: str = ""
-    arch: str = ""
-    flags: list[str] = field(default_factory=list)
-    summary: str = ""
-    log: str = ""
-    notes: list[str] = field(default_factory=list)  # e.g. why the precompiled header was not used
-
-
-def kernel_sources(kernels_dir: Path, device: str) -> list[Path]:
-    """The translation units to build: .cpp always, .cu only for CUDA."""
-    suffixes = {".cpp", ".cc", ".cu"} if device == "cuda" else {".cpp", ".cc"}
-    if device == "cpu" and any(p.suffix == ".cu" for p in kernels_dir.iterdir()):
-        raise BuildError(f"{kernels_dir} holds CUDA sources (.cu): build it with --device cuda "
-                         "(the CPU target takes .cpp kernels only)", "")
-    files = sorted(p for p in kernels_dir.iterdir() if p.is_file() and p.suffix in suffixes)
-    if not files:
-        raise BuildError(f"no kernel sources in {kernels_dir} (expected {', '.join(sorted(suffixes))})", "")
-    return files
-
-
-def cuda_arch_list(allow_torch: bool = True) -> str | None:
-    """Target architectures: TORCH_CUDA_ARCH_LIST if set, else the visible GPU (9.0 on an H200).
-
-    nvidia-smi answers without initialising CUDA, so the parent can compute the
-    build key too; torch is the fallback inside workers.
-    """
-    env = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
-    if env:
-        return env
-    arch = _arch_from_nvidia_smi()
-    if arch or not allow_torch:
-        return arch
-    import torch
-
-    if torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability()
-        return f"{major}.{minor}"
-    return "9.0"
-
-
-def _arch_from_nvidia_smi() -> str | None:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    cmd = [smi, "--query-gpu=compute_cap", "--format=csv,noheader"]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    if visible.isdigit():
-        cmd += ["-i", visible]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.split()
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out[0] if out and re.fullmatch(r"\d+\.\d+", out[0]) else None
-
-
-def libraries_used(sources: list[Path]) -> dict[str, bool]:
-    """Which NVIDIA libraries the kernels call, as compile_flags' keyword arguments (one read
-    of the sources: this runs on every cached-build check)."""
-    text = "\n".join(p.read_text(errors="replace") for p in sources)
-    return {"cublas": "cublas" in text, "cudnn": "cudnn.h" in text}
-
-
-def cudnn_flags() -> tuple[list[str], list[str]]:
-    """(include flags, link flags) for cuDNN: the copy torch itself loads (the nvidia-cudnn
-    wheel) when there is one, so headers and library agree; else the system's."""
-    spec = importlib.util.find_spec("nvidia.cudnn") if importlib.util.find_spec("nvidia") else None
-    root = Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
-    if root is None or not (root / "include" / "cudnn.h").is_file():
-        return [], ["-lcudnn"]
-    lib = root / "lib"
-    library = "-lcudnn" if (lib / "libcudnn.so").exists() else "-l:libcudnn.so.9"
-    return [f"-I{root / 'include'}"], [f"-L{lib}", library, f"-Wl,-rpath,{lib}"]
-
-
-def compile_flags(device: str, fast_math: bool, cublas: bool = False, cudnn: bool = False) -> dict[str, list[str]]:
-    # No -std for the C++ files: they include torch's headers, and cpp_extension picks the standard
-    # torch itself was built with (C++20 from torch 2.11). Forcing C++17 compiles those headers
-    # in another dialect than libtorch's, which GCC accepts with warnings; the .cu files include
-    # CUDA headers only, so their -std stays ours.
-    cflags = ["-O3"]
-    ldflags: list[str] = []
-    cuda_flags: list[str] = []
-    if device == "cpu":
-        cflags += ["-fopenmp", "-march=native"]
-        ldflags += ["-fopenmp"]
-    else:
-        cuda_flags = ["-O3", "-std=c++17", "-lineinfo", "--expt-relaxed-constexpr"]
-        if fast_math:
-            cuda_flags.append("--use_fast_math")
-        if cublas:  # linked only when a kernel uses it: not every toolkit layout has it on the path
-            ldflags += ["-lcublas", "-lcublasLt"]
-        if cudnn:
-            include, link = cudnn_flags()
-            cuda_flags += include
-            ldflags += link
-    if fast_math and device == "cpu":
-        cflags.append("-ffast-math")
-    return {"cflags": cflags, "cuda_flags": cuda_flags, "ldflags": ldflags}
-
-
-def _torch_version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        import torch
-
-        return torch.__version__
-
-
-def fingerprint(sources: list[Path], flags: dict, arch: str, name: str) -> str:
-    digest = hashlib.sha256()
-    for path in sources + [TEMPLATES / f for f in INFRA_FILES]:
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    # $CXX as the build will use it (toolchain.choose_compiler may have replaced an unfit one)
-    digest.update(json.dumps([flags, arch, name, _torch_version(), sys.version, os.environ.get("CXX", "")]).encode())
-    return digest.hexdigest()
-
-
-def extension_name(kernels_dir: Path, device: str) -> str:
-    tag = hashlib.sha1(str(kernels_dir.resolve()).encode()).hexdigest()[:10]
-    return f"ks_{tag}_{device}"
-
-
-def user_cache_dir() -> Path:
-    """$XDG_CACHE_HOME/kernelsmith, else ~/.cache/kernelsmith."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernelsmith"
-
-
-@contextlib.contextmanager
-def cache_lock(path: Path):
-    """An exclusive flock on PATH.lock, across threads and processes (sessions share one cache)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def default_build_dir(kernels_dir: Path, device: str) -> Path:
-    """Inside the workdir's .kernelsmith/ when there is one, else the user cache."""
-    env = os.environ.get("KERNELSMITH_BUILD_DIR")
-    if env:
-        return Path(env) / extension_name(kernels_dir, device)
-    workdir_state = kernels_dir.resolve().parent / ".kernelsmith"
-    if workdir_state.is_dir():
-        return workdir_state / "build" / device
-    return user_cache_dir() / "build" / extension_name(kernels_dir, device)
 
 
 def build(kernels_dir: str | Path, device: str, fast_math: bool = False,
@@ -219,37 +46,9 @@ def build(kernels_dir: str | Path, device: str, fast_math: bool = False,
                            summary=err.summary, log=err.log, notes=notes)
 
 
-def _plan(kernels_dir: Path, device: str, fast_math: bool, build_dir, allow_torch: bool = True):
-    sources = kernel_sources(kernels_dir, device)
-    flags = compile_flags(device, fast_math, **libraries_used(sources))
-    arch = cuda_arch_list(allow_torch) if device == "cuda" else ""
-    name = extension_name(kernels_dir, device)
-    out_dir = Path(build_dir) if build_dir else default_build_dir(kernels_dir, device)
-    return sources, flags, arch, name, out_dir
-
-
-def cached_result(kernels_dir: str | Path, device: str, fast_math: bool = False,
-                  build_dir: str | Path | None = None) -> BuildResult | None:
-    """The previous build when nothing changed, checked without importing torch (the CLI's fast path)."""
-    start = time.perf_counter()
-    try:
-        sources, flags, arch, name, out_dir = _plan(Path(kernels_dir).resolve(), device, fast_math, build_dir,
-                                                    allow_torch=False)
-    except BuildError:
-        return None
-    if arch is None:
-        return None
-    stamp = read_json(out_dir / "kernelsmith-stamp.json")
-    if stamp.get("key") != fingerprint(sources, flags, arch, name) or not Path(stamp.get("so_path", "")).is_file():
-        return None
-    # the stamp's key leaves the precompiled header out (it does not change the .so), its flags keep it
-    return BuildResult(ok=True, cached=True, seconds=time.perf_counter() - start, so_path=stamp["so_path"],
-                       name=name, arch=arch, flags=_flat(flags) + list(stamp.get("pch_flags", [])))
-
-
 def _build(kernels_dir: Path, device: str, fast_math: bool, build_dir, start: float,
            notes: list[str]) -> BuildResult:
-    from kernelsmith.harness import toolchain
+    from kernelsmith.evaluation import toolchain
 
     toolchain.choose_compiler(notes)  # first: the stamp key holds the compiler, and so does the PCH's
     hit = cached_result(kernels_dir, device, fast_math, build_dir)
@@ -264,18 +63,6 @@ def _build(kernels_dir: Path, device: str, fast_math: bool, build_dir, start: fl
     stamp_path.write_text(json.dumps({"key": key, "so_path": so_path, "pch_flags": pch_flags}))
     return BuildResult(ok=True, cached=False, seconds=time.perf_counter() - start,
                        so_path=so_path, name=name, arch=arch, flags=_flat(flags) + pch_flags, notes=notes)
-
-
-def _flat(flags: dict) -> list[str]:
-    return [f for group in flags.values() for f in group]
-
-
-def read_json(path: Path) -> dict:
-    """A JSON file's object, or {} when it is missing or unreadable (stamps, caches)."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path, notes: list[str]) -> tuple[str, list[str]]:

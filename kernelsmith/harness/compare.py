@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelsmith.harness.result import PRECISIONS
+from kernelsmith.evaluation.result import PRECISIONS
 
 TOLERANCES = {  # (atol, rtol)
     "fp32": (1e-4, 1e-4),

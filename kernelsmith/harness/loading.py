@@ -6,38 +6,21 @@ the reference worker build identical ones without sharing memory.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import torch
+
+from kernelsmith.evaluation import sources
 
 DTYPES = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def load_module(path: str | Path, name: str):
-    """Import a Python file as a module, with its folder on sys.path (for `from model import Model`).
-
-    The folder goes last: a workdir holds profile.py and build.py, which must not
-    shadow the standard library's `profile` (torch.profiler imports it) or packages.
-    """
-    path = Path(path).resolve()
-    folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.append(folder)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """Import a task or candidate file from its source (never a bytecode cache), its folder last on sys.path."""
+    return sources.load_source(path, name)
 
 
-def require(module, *names: str) -> None:
-    missing = [n for n in names if not hasattr(module, n)]
-    if missing:
-        raise AttributeError(f"{Path(module.__file__).name} does not define {', '.join(missing)}")
+require = sources.require
 
 
 def cast_floating(t, precision: str):

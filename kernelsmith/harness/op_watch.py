@@ -19,6 +19,7 @@ import os
 import time
 from pathlib import Path
 
+from kernelsmith.evaluation import build_plan
 from kernelsmith.harness import build, guards
 
 NATIVE_DIR = Path(__file__).resolve().parent / "native"
@@ -46,14 +47,14 @@ def load_extension():
     if os.environ.get("KERNELSMITH_OP_WATCH", "").lower() == "python":
         return None, "KERNELSMITH_OP_WATCH=python"
     try:
-        return _load_locked(build.user_cache_dir() / "op_watch" / _identity())
-    except (OSError, ImportError, RuntimeError, build.BuildError) as err:
+        return _load_locked(build_plan.user_cache_dir() / "op_watch" / _identity())
+    except (OSError, ImportError, RuntimeError, build_plan.BuildError) as err:
         return None, f"the native op watch is unavailable: {type(err).__name__}: {str(err)[:200]}"
 
 
 def _load_locked(folder: Path):
     failed = folder / "failed.txt"
-    with build.cache_lock(folder / "build"):
+    with build_plan.cache_lock(folder / "build"):
         if failed.is_file() and time.time() - failed.stat().st_mtime < RETRY_FAILED_BUILD_S:
             return None, f"the native op watch did not build an hour ago or less (see {failed})"
         result = build.build(NATIVE_DIR, "cpu", build_dir=folder / "build")

@@ -10,7 +10,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from kernelsmith.harness import guards, loading
-from kernelsmith.harness.ceilings import CEILINGS
+from kernelsmith.evaluation.ceilings import CEILINGS
 
 def ceilings_for(device: str) -> dict | None:
     if device != "cuda":

@@ -42,7 +42,7 @@ def main() -> int:
     result_path = job["result_path"]
     try:
         if job["kind"] in ("candidate", "profile"):  # a candidate's own load_inline builds with $CXX too
-            from kernelsmith.harness import toolchain
+            from kernelsmith.evaluation import toolchain
 
             toolchain.choose_compiler([])
         answer = {"ok": True, "value": _handlers()[job["kind"]](job)}

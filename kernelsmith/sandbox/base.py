@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from kernelsmith.evaluate import EvalOptions
-from kernelsmith.harness.result import EvalResult
+from kernelsmith.evaluation.options import EvalOptions
+from kernelsmith.evaluation.result import EvalResult
 
 
 class Sandbox(Protocol):

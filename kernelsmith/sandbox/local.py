@@ -8,7 +8,7 @@ is per thread, so concurrent evaluations in other threads keep their own GPU). O
 device without `gpus` there is one unpinned slot.
 
 Failures. There is no pool of long-lived workers to repair: every step of every job runs in
-a fresh worker process in its own process group (harness/runner.py). A worker that crashes,
+a fresh worker process in its own process group (evaluation/runner.py). A worker that crashes,
 is killed or hangs past its timeout is killed with everything it started, and its step comes
 back as a failed result with the reason; the next job starts new workers, so a broken CUDA
 context dies with its process. Anything else that goes wrong inside the harness becomes a
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelsmith import evaluate
-from kernelsmith.evaluate import EvalOptions
-from kernelsmith.harness import runner
-from kernelsmith.harness.result import EvalResult
+from kernelsmith.evaluation import evaluate
+from kernelsmith.evaluation.options import EvalOptions
+from kernelsmith.evaluation import runner
+from kernelsmith.evaluation.result import EvalResult
 from kernelsmith.sandbox.base import JobLedger, Submitting
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Workers are Ray actors, each processing one call at a time (max_concurrency=1):
 
 * evaluation actors, one per GPU (num_gpus=1 by default, num_cpus=0 so they never starve the
   builds of CPUs). On a real cluster Ray sets CUDA_VISIBLE_DEVICES in each actor's process, and
-  the worker processes it spawns (harness/runner.py copies the environment) see only that GPU:
+  the worker processes it spawns (evaluation/runner.py copies the environment) see only that GPU:
   exactly one job per GPU at a time, so timings never share a GPU.
 * build actors, one per CPU (num_cpus=1).
 
@@ -51,10 +51,10 @@ import ray
 from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from kernelsmith import evaluate
-from kernelsmith.evaluate import EvalOptions
-from kernelsmith.harness import runner
-from kernelsmith.harness.result import EvalResult
+from kernelsmith.evaluation import evaluate
+from kernelsmith.evaluation.options import EvalOptions
+from kernelsmith.evaluation import runner
+from kernelsmith.evaluation.result import EvalResult
 from kernelsmith.sandbox.base import JobLedger, Submitting
 
 EVAL_RESOURCE = "kernelsmith_eval"

@@ -20,7 +20,9 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device)")]
 
-from kernelsmith.evaluate import EvalOptions, evaluate  # noqa: E402
+from kernelsmith.evaluation.options import EvalOptions
+
+from kernelsmith.evaluation.evaluate import evaluate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 

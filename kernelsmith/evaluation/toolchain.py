@@ -79,7 +79,7 @@ def _identity(compiler: str) -> str:
         version = subprocess.run([path, *words[1:], "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    from kernelsmith.harness.build import _torch_version
+    from kernelsmith.evaluation.build_plan import _torch_version
 
     key = [os.path.realpath(path), compiler, stat.st_size, stat.st_mtime_ns, version, _torch_version(), sys.version,
            sys.prefix]
@@ -121,7 +121,7 @@ def _probe_in(compiler: str, tmp: Path) -> tuple[bool, str]:
 def verdict(compiler: str) -> tuple[bool | None, str]:
     """probe(), cached in the user cache per compiler identity and torch version; (None, why)
     when it cannot be decided (nothing cached then) or the compiler is not found."""
-    from kernelsmith.harness.build import cache_lock, read_json, user_cache_dir
+    from kernelsmith.evaluation.build_plan import cache_lock, read_json, user_cache_dir
 
     identity = _identity(compiler)
     if not identity:

@@ -1,0 +1,108 @@
+"""The compile-baselines cache (parent side): keys, the eager-drift rule, locked merges.
+
+Baselines are measured in a worker that never loads candidate code (the "baselines" job) and
+cached per task source, device, precision, GPU name and torch version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from kernelsmith.evaluation import build_plan as build, runner
+from kernelsmith.evaluation.options import COMPILE_MODES, EvalOptions, seed_for
+from kernelsmith.evaluation.result import EvalResult
+
+def task_digest(source: bytes, device: str, precision: str) -> str:
+    """The task part of a baselines cache key: the reference text, device, precision and compile modes."""
+    digest = hashlib.sha256(source)
+    digest.update(json.dumps([device, precision, COMPILE_MODES]).encode())
+    return digest.hexdigest()[:24]
+
+
+def task_key(reference: Path, opts: EvalOptions) -> str:
+    return task_digest(Path(reference).read_bytes(), opts.device, opts.precision)
+
+
+def cache_key(digest: str, gpu, torch_version) -> str:
+    """One baselines cache entry: a task on one GPU model with one torch version."""
+    return f"{digest}|{gpu}|{torch_version}"
+
+
+def default_cache_path(reference: Path) -> Path:
+    state = Path(reference).resolve().parent / ".kernelsmith"
+    if state.is_dir():
+        return state / "baselines.json"
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "kernelsmith" / "baselines.json"
+
+
+def apply_compile_baselines(reference: Path, opts: EvalOptions, prof: dict, result: EvalResult) -> None:
+    cache_path = opts.cache_path or default_cache_path(reference)
+    key = cache_key(task_key(reference, opts), prof.get("gpu"), prof.get("torch"))
+    entry = build.read_json(cache_path).get(key)
+    live_eager = prof["timings"]["eager"]["median"]
+    if entry is not None and abs(entry["eager_ms"] - live_eager) > opts.eager_drift * live_eager:
+        result.notes.append(f"compile baselines re-measured: live eager {live_eager:.4g} ms, "
+                            f"cached eager {entry['eager_ms']:.4g} ms")
+        entry = None
+    if entry is None:
+        entry = measure_baselines(reference, opts)  # never under the cache lock: this takes up to a minute
+        if entry is None:
+            result.notes.append("torch.compile baseline failed; speedup_vs_compile is unknown")
+            return
+        update_cache(cache_path, key, entry)
+    else:
+        seeded = f", seeded from {entry['seeded_from']}" if entry.get("seeded_from") else ""
+        result.notes.append(f"compile baselines from cache (live eager within {opts.eager_drift:.0%} "
+                            f"of the cached{seeded})")
+    best_mode = min(entry["compile_ms"], key=entry["compile_ms"].get)
+    result.timings_ms.update({f"compile:{m}": t for m, t in entry["compile_ms"].items()})
+    result.timings_ms["compile"] = entry["compile_ms"][best_mode]
+    result.compile_mode = best_mode
+    result.speedup_vs_compile = entry["compile_ms"][best_mode] / result.timings_ms["candidate"]
+
+
+def measure_baselines(reference: Path, opts: EvalOptions) -> dict | None:
+    job = {"kind": "baselines", "reference": str(reference), "device": opts.device, "precision": opts.precision,
+           "seed": seed_for(opts), "compile_modes": list(COMPILE_MODES), "min_runs": opts.min_runs,
+           "min_seconds": opts.min_seconds, "cwd": str(Path(reference).parent)}
+    try:
+        value = runner.run_job(job, max(opts.timeout_s, 1800.0))
+    except runner.JobFailed:
+        return None
+    timings = value["timings"]
+    return {"eager_ms": timings["eager"]["median"],
+            "compile_ms": {name.split(":", 1)[1]: t["median"] for name, t in timings.items() if name.startswith("compile:")},
+            "warmup_s": value["warmup_s"], "measured_at": time.time()}
+
+
+def merge_cache(path: Path, entries: dict) -> int:
+    """Set entries, returning how many replaced one of the same key. The file is read again under the
+    lock, just before writing, so entries other sessions wrote meanwhile stay."""
+    with build.cache_lock(path):
+        cache = build.read_json(path)
+        replaced = sum(key in cache for key in entries)
+        cache.update(entries)
+        _write_json(path, cache)
+    return replaced
+
+
+def update_cache(path: Path, key: str, entry: dict) -> None:
+    merge_cache(path, {key: entry})
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write through a temp file of this process and thread, then rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)

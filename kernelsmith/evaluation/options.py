@@ -1,0 +1,37 @@
+"""EvalOptions: what one evaluation asks for (device, precision, trials, budgets, the baselines cache)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelsmith.evaluation.reward import DEFAULT, RewardThresholds
+
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+EAGER_DRIFT = 0.10  # cached baselines are re-measured when live eager moved more than this
+
+
+@dataclass
+class EvalOptions:
+    device: str = "cpu"
+    precision: str = "fp32"
+    trials: int = 5
+    profile: bool = True
+    compile_baseline: bool | None = None  # None: on for CUDA, off for the CPU
+    min_runs: int = 100
+    min_seconds: float = 1.0
+    timeout_s: float = 300.0
+    build_timeout_s: float = 1800.0
+    fast_math: bool = False
+    eager_drift: float = EAGER_DRIFT
+    seed: int | None = None
+    cache_path: Path | None = None
+    thresholds: RewardThresholds = field(default_factory=lambda: DEFAULT)
+
+    def wants_compile(self) -> bool:
+        return self.device == "cuda" if self.compile_baseline is None else self.compile_baseline
+
+
+def seed_for(opts: EvalOptions) -> int:
+    return opts.seed if opts.seed is not None else int.from_bytes(os.urandom(6), "little")
