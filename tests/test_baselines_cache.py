@@ -15,8 +15,7 @@ from kernelsmith import workdir as wd
 from kernelsmith.agent.run import eval_options, prepare_workdir
 from kernelsmith.config import Settings, load_settings
 from kernelsmith.evaluation.options import COMPILE_MODES, EvalOptions
-from kernelsmith.evaluation.baselines import apply_compile_baselines, cache_key, task_key
-                                  update_cache)
+from kernelsmith.evaluation.baselines import apply_compile_baselines, cache_key, task_key, update_cache
 from kernelsmith.evaluation.result import EvalResult
 
 SEED = Path(__file__).parent.parent / "bench" / "seed_baselines.py"
