@@ -18,6 +18,7 @@ import pytest
 
 from conftest import TASK
 from kernelsmith import workdir as wd
+from kernelsmith.sandbox import jail
 from kernelsmith.agent.tools import (MAX_OUTPUT, TOOL_NAMES, Outcome, Toolbox, clip, network_isolation,
                                      spec_of)
 from kernelsmith.backends.base import ToolCall
@@ -462,22 +463,44 @@ def test_bash_hang_is_killed_at_the_timeout(tools):
     assert "killed" in out.content and "1.5 s" in out.content
 
 
+def _processes_with(token: str) -> list[int]:
+    """Host PIDs whose command line holds token (PIDs inside the jail's namespace mean nothing here)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and token.encode() in (entry / "cmdline").read_bytes() and _alive(int(entry.name)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _assert_none_with(token: str, within: float = 3.0) -> None:
+    deadline = time.monotonic() + within
+    while _processes_with(token) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    survivors = _processes_with(token)
+    for pid in survivors:  # our own strays: do not leave them behind
+        os.kill(pid, signal.SIGKILL)
+    assert survivors == [], f"processes {survivors} survived the bash tool"
+
+
 def test_bash_hang_with_a_background_child_leaves_no_survivor(root, tools):
     start = time.monotonic()
-    out = call(tools, "bash", command="sleep 600 & echo $! > child.pid; sleep 600")
+    out = call(tools, "bash", command="sleep 600.125 & sleep 600")
     assert time.monotonic() - start < 5
     assert not out.ok and "killed" in out.content
-    _assert_dead(int((root / "child.pid").read_text()))
+    _assert_none_with("600.125")
 
 
 @pytest.mark.parametrize("redirect", ["", " > /dev/null 2>&1"])
 def test_bash_backgrounded_process_returns_promptly_and_dies(root, redirect):
     tools = Toolbox(root, FakeEvaluator(), bash_timeout_s=10)
     start = time.monotonic()
-    out = call(tools, "bash", command=f"sleep 600{redirect} & echo $! > child.pid; echo launched; exit 0")
+    out = call(tools, "bash", command=f"sleep 600.25{redirect} & echo launched; exit 0")
     assert time.monotonic() - start < 3  # bash itself finished at once: no wait for the child's output pipe
     assert out.ok and "launched" in out.content and out.content.endswith("[exit code 0]")
-    _assert_dead(int((root / "child.pid").read_text()))
+    _assert_none_with("600.25")
 
 
 def test_bash_long_output_keeps_head_and_exit_code(tools):
@@ -488,7 +511,7 @@ def test_bash_long_output_keeps_head_and_exit_code(tools):
 
 
 def test_bash_cannot_reach_the_network_when_isolated(tools):
-    if not network_isolation():
+    if not jail.status().jailed and not network_isolation():
         pytest.skip("this OS does not allow an unprivileged network namespace (unshare -rn); "
                     "bash runs with the host's network here")
     server = socket.socket()
@@ -574,3 +597,55 @@ def test_clip_keeps_head_and_tail():
     assert f"[... {len(text) - 1000} characters cut ...]" in out
     assert len(out) < 1100
     assert len(clip("z" * 100_000)) < MAX_OUTPUT + 100
+
+
+# --- the jail around bash ------------------------------------------------------------------
+
+needs_jail = pytest.mark.skipif(not jail.status().jailed, reason=f"no jail on this machine: {jail.status().describe()}")
+
+
+@needs_jail
+def test_bash_writes_only_the_agents_files(root, tools):
+    trusted = {p: snapshot(root / p) for p in ("model.py", ".kernelsmith/config.json", "SKILL.md", ".git/HEAD")}
+    attack = ("chmod u+w model.py; echo 'class Model: pass' > model.py; echo '{}' > .kernelsmith/config.json; "
+              "echo hacked > SKILL.md; echo 'touch /tmp/pwned' > .git/hooks/pre-commit; "
+              "git commit --allow-empty -qm forged; echo ok > kernels/made.cu; echo ok > model_new.py; "
+              "echo ok > notes.md; echo scratch > /tmp/scratch && cat /tmp/scratch")
+    out = call(tools, "bash", command=attack)
+    assert "Read-only file system" in out.content and "scratch" in out.content
+    assert {p: snapshot(root / p) for p in trusted} == trusted
+    assert not (root / ".git" / "hooks" / "pre-commit").exists()
+    assert [(root / p).read_text() for p in ("kernels/made.cu", "model_new.py", "notes.md")] == ["ok\n"] * 3
+
+
+@needs_jail
+def test_a_setsid_daemon_dies_with_the_call(tools):
+    out = call(tools, "bash", command="setsid sleep 600.5 > /dev/null 2>&1 < /dev/null & disown; echo gone")
+    assert out.ok and "gone" in out.content
+    _assert_none_with("600.5")
+
+
+@needs_jail
+def test_bash_cannot_write_a_file_past_the_size_cap(root, tools):
+    out = call(tools, "bash", command="head -c 300M /dev/zero > kernels/huge.bin; echo rc=$?")
+    assert "rc=0" not in out.content
+    assert (root / "kernels" / "huge.bin").stat().st_size <= 256 << 20
+
+
+@needs_jail
+def test_bash_cannot_read_kernelsmiths_key(root, monkeypatch):
+    config = root / ".config"  # inside the workdir, which bash sees: only the hiding keeps the key out of view
+    (config / "kernelsmith").mkdir(parents=True)
+    (config / "kernelsmith" / "commit.key").write_text("TOP-SECRET-KEY")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    out = call(Toolbox(root, FakeEvaluator(), bash_timeout_s=10), "bash",
+               command=f"cat {config}/kernelsmith/commit.key; ls -a {config}/kernelsmith")
+    assert "TOP-SECRET-KEY" not in out.content
+
+
+def test_grep_does_not_follow_a_symlink_out_of_the_workdir(root, tools):
+    (root / "kernels" / "evil.cu").symlink_to(root.parent / "outside.txt")
+    out = call(tools, "grep", pattern="SECRET", path=".")
+    assert "SECRET" not in out.content
+    out = call(tools, "grep", pattern="SECRET", path="kernels")
+    assert "SECRET" not in out.content

@@ -22,11 +22,14 @@ from typing import Any, get_type_hints
 from kernelsmith import workdir as wd
 from kernelsmith.agent.evaluator import Evaluator, format_build, format_eval
 from kernelsmith.backends.base import ToolCall, ToolSpec
+from kernelsmith.sandbox import jail
 
 TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "grep", "bash",
               "compile", "verify", "profile", "finish")
 MAX_OUTPUT = 12_000  # characters of a tool result shown to the model
 HIDDEN = (".git", wd.STATE_DIR, "__pycache__", "build")
+# a bash call may write files of at most 256 MiB and run 256 processes, in half the memory
+BASH_LIMITS = jail.Limits(file_bytes=256 << 20, processes=256, memory_bytes=jail.physical_memory() // 2)
 JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
@@ -192,12 +195,17 @@ class Toolbox:
         return Outcome(clip("\n".join(hits[:500]) or "no matches"))
 
     def _files_under(self, root: Path):
+        """Files under root that are the workdir's own: a symlink is read only when it points
+        inside the workdir (and not into .git or .kernelsmith)."""
         if root.is_file():
             yield root
             return
         for dirpath, dirs, files in os.walk(root):
             dirs[:] = sorted(d for d in dirs if d not in HIDDEN)
-            yield from (Path(dirpath) / f for f in sorted(files))
+            for name in sorted(files):
+                path = Path(dirpath) / name
+                if not path.is_symlink() or self._resolve(str(path.relative_to(self.workdir))) is not None:
+                    yield path
 
     def _grep_file(self, regex, file: Path) -> list[str]:
         try:
@@ -210,14 +218,17 @@ class Toolbox:
     # --- shell ------------------------------------------------------------------------
 
     def bash(self, command: str) -> Outcome:
-        """Run a shell command in the workdir (timeout; no network where the OS allows it).
+        """Run a shell command in the workdir, in a jail: only model_new.py, kernels/, notes.md and a
+        private /tmp are writable; no network, no GPU; nothing it starts outlives the call (timeout).
 
         Args:
             command: a bash command line
         """
-        argv = network_isolation() + ["bash", "-c", command]
+        argv = jail.wrap(["bash", "-c", command], self._bash_jail()) if jail.status().jailed \
+            else network_isolation() + ["bash", "-c", command]
         proc = subprocess.Popen(argv, cwd=self.workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=jail.preexec(BASH_LIMITS))
         # Wait for bash itself, not for the end of its output: a background child that keeps the
         # pipe open (`server &`) must neither hold the call until the timeout nor past it.
         chunks: list[bytes] = []
@@ -235,6 +246,15 @@ class Toolbox:
         if timed_out:
             return Outcome(clip(f"{out}\n[killed: the command ran past {self.bash_timeout_s:g} s]"), ok=False)
         return Outcome(clip(f"{out}\n[exit code {proc.returncode}]"), ok=proc.returncode == 0)
+
+    def _bash_jail(self) -> jail.JailSpec:
+        """The writable paths must exist to be bound: an empty notes.md is made on first use."""
+        (self.workdir / "kernels").mkdir(exist_ok=True)
+        for name in ("model_new.py", "notes.md"):
+            (self.workdir / name).touch(exist_ok=True)
+        writable = tuple(str(self.workdir / p) for p in ("model_new.py", "kernels", "notes.md"))
+        return jail.JailSpec(readable=(str(self.workdir),), writable=writable, hidden=jail.user_secret_dirs(),
+                             cwd=str(self.workdir))
 
     # --- harness ----------------------------------------------------------------------
 
@@ -278,11 +298,8 @@ _ISOLATION: list[str] | None = None
 
 
 def network_isolation() -> list[str]:
-    """`unshare -rn` (a new, empty network namespace) when this OS allows it unprivileged.
-
-    Checked once per process. Without it the command runs with the host's network: say so
-    in the docs rather than pretend.
-    """
+    """`unshare -rn` (a new, empty network namespace) when this OS allows it unprivileged: what
+    is left of the jail where bubblewrap cannot run. Checked once per process."""
     global _ISOLATION
     if _ISOLATION is None:
         _ISOLATION = []

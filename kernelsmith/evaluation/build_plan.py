@@ -53,6 +53,11 @@ def kernel_sources(kernels_dir: Path, device: str) -> list[Path]:
         raise BuildError(f"{kernels_dir} holds CUDA sources (.cu): build it with --device cuda "
                          "(the CPU target takes .cpp kernels only)", "")
     files = sorted(p for p in kernels_dir.iterdir() if p.is_file() and p.suffix in suffixes)
+    outside = [p.name for p in kernels_dir.iterdir() if p.is_symlink() and kernels_dir.resolve() not in
+               p.resolve().parents]
+    if outside:
+        raise BuildError(f"refused: {', '.join(outside)} in {kernels_dir.name}/ link(s) to files outside it; "
+                         "kernel sources must be real files of the folder", "")
     if not files:
         raise BuildError(f"no kernel sources in {kernels_dir} (expected {', '.join(sorted(suffixes))})", "")
     return files
