@@ -40,6 +40,7 @@ class WorkdirConfig:
     precision: str
     harness_version: str = HARNESS_VERSION
     fixed: dict | None = None
+    reference_sha256: str | None = None  # the sealed copy: .kernelsmith/sealed/<sha256>.py
 
     @classmethod
     def load(cls, workdir: Path) -> "WorkdirConfig":
@@ -86,14 +87,46 @@ def create(task: TaskSource, workdir: Path, device: str, precision: str = "fp32"
     workdir = Path(workdir)
     _check_target(workdir)
     (workdir / "kernels").mkdir(parents=True, exist_ok=True)
+    (workdir / STATE_DIR).mkdir()
     _write_files(task, workdir, device, precision)
     config = WorkdirConfig(task=task.name, origin=task.origin, device=device, precision=precision,
-                           fixed={name: _sha256(workdir / name) for name in FIXED_FILES + ("model.py",)})
-    state = workdir / STATE_DIR
-    state.mkdir(exist_ok=True)
-    (state / "config.json").write_text(json.dumps(asdict(config), indent=2) + "\n")
+                           fixed={name: _sha256(workdir / name) for name in FIXED_FILES + ("model.py",)},
+                           reference_sha256=_seal(workdir, task.source.encode()))
+    (workdir / STATE_DIR / "config.json").write_text(json.dumps(asdict(config), indent=2) + "\n")
     _initial_commit(workdir, task.name)
     return config
+
+
+def _seal(workdir: Path, source: bytes) -> str:
+    """A content-addressed, read-only copy of the reference in .kernelsmith/sealed/, which neither the
+    agent's tools nor the jailed candidate can write. Evaluations load the reference from it;
+    the workdir's model.py is only a view, and a difference is a violation."""
+    digest = hashlib.sha256(source).hexdigest()
+    path = Path(workdir) / STATE_DIR / "sealed" / f"{digest}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.is_file() or _sha256(path) != digest:
+        path.unlink(missing_ok=True)
+        path.write_bytes(source)
+        path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    return digest
+
+
+def sealed_reference(workdir: Path, config: WorkdirConfig) -> Path:
+    """The sealed reference of a workdir. A workdir made before sealing is sealed now from the
+    model.py its initial hash names; a sealed copy whose content no longer has its name is refused."""
+    digest = config.reference_sha256 or (config.fixed or {}).get("model.py")
+    if digest is None:
+        raise BadInput(f"{workdir} records no reference hash", "re-create it with kernelsmith init")
+    path = Path(workdir) / STATE_DIR / "sealed" / f"{digest}.py"
+    if not path.is_file():
+        model = Path(workdir) / "model.py"
+        if not model.is_file() or _sha256(model) != digest:
+            raise BadInput(f"{workdir}: the reference model.py no longer matches the hash recorded at init",
+                           "the reference must not be edited; re-create the workdir from the original task")
+        _seal(workdir, model.read_bytes())
+    if _sha256(path) != digest:
+        raise BadInput(f"{workdir}: the sealed reference {path.name} was altered", "re-create the workdir")
+    return path
 
 
 def _write_files(task: TaskSource, workdir: Path, device: str, precision: str) -> None:

@@ -8,6 +8,7 @@ rules do not reject good kernels.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import time
 
 import pytest
@@ -361,15 +362,28 @@ def test_exit_during_import(candidate, run_eval):
     rejected(result, "without an answer")
 
 
-def test_escaped_daemon_is_killed(candidate, run_eval, tmp_path):
-    pid_file = tmp_path / "daemon.pid"
-    result = run_eval(candidate(f'''
-        import os, time
+def _processes_with(token: bytes) -> list[int]:
+    """Host PIDs whose command line holds token (a jailed process knows only its namespace's PIDs)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] if token in cmdline else "X"
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def test_escaped_daemon_is_killed(candidate, run_eval):
+    """A double-forked, setsid daemon started at import outlives neither its worker nor the evaluation."""
+    result = run_eval(candidate('''
+        import os
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
-                open({str(pid_file)!r}, "w").write(str(os.getpid()))
-                time.sleep(600)
+                os.execvp("sleep", ["sleep", "600.0625"])
             os._exit(0)
 
         class ModelNew(Base):
@@ -377,13 +391,10 @@ def test_escaped_daemon_is_killed(candidate, run_eval, tmp_path):
                 return kernel("axpb", x, self.bias)
     '''))
     assert result.clean, result.error
-    for _ in range(50):
-        if pid_file.exists() and pid_file.read_text():
-            break
-        time.sleep(0.1)
-    pid = int(pid_file.read_text())
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    survivors = _processes_with(b"600.0625")
+    for pid in survivors:
+        os.kill(pid, 9)
+    assert survivors == []
 
 
 def test_missing_parameters_give_a_readable_reason(candidate, run_eval):

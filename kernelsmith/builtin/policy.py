@@ -70,7 +70,10 @@ class BuiltinBackend:
     def _plan(self, results, turns_left):
         from kernelsmith.builtin import generate
 
-        built = generate.build_plan(self.workdir / "model.py", self.device, self.precision)
+        from kernelsmith import workdir as wd
+
+        reference = wd.sealed_reference(self.workdir, wd.WorkdirConfig.load(self.workdir))  # not the view
+        built = generate.build_plan(reference, self.device, self.precision)
         if built.unsupported:
             return self._give_up("This task is outside what the built-in policy generates yet: "
                                  + "; ".join(built.unsupported))

@@ -157,7 +157,7 @@ def evaluate_workdir(workdir: Path, opts: EvalOptions) -> EvalResult:
 
     workdir = Path(workdir).resolve()
     config = wd.WorkdirConfig.load(workdir)
-    result = evaluate(workdir / "model.py", workdir / "model_new.py", opts)
+    result = evaluate(wd.sealed_reference(workdir, config), workdir / "model_new.py", opts)
     for violation in wd.fixed_file_changes(workdir, config):
         result.violations.append(violation)
         result.error = result.error or "rejected: " + violation

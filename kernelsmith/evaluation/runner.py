@@ -22,6 +22,9 @@ import time
 import uuid
 from pathlib import Path
 
+from kernelsmith.evaluation import toolchain
+from kernelsmith.sandbox import jail
+
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -110,6 +113,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
                 pass
 
 
+_SIGNALS = {int(s) for s in signal.Signals}
+
+
 def _signal_reason(code: int) -> str:
     sig = -code
     try:
@@ -179,16 +185,29 @@ def _worker_env(job: dict) -> dict:
     merged["KERNELSMITH_DEVICE"] = job.get("device", "cpu")
     merged["PYTHONUNBUFFERED"] = "1"
     merged["KERNELSMITH_JOB_ID"] = job["job_id"]
+    merged["PYTHONDONTWRITEBYTECODE"] = "1"  # no worker leaves bytecode another could be made to believe
     merged.pop("PYTHONSTARTUP", None)
     return merged
 
 
+def worker_command(job: dict, job_dir: str) -> tuple[list[str], object]:
+    """The worker's argv and preexec_fn: jobs that load or compile candidate code run in the jail,
+    trusted ones in a PID namespace of their own; every worker dies with its parent."""
+    argv = [sys.executable, "-m", "kernelsmith.harness.worker"]
+    if job["kind"] in jail.UNTRUSTED_JOBS:
+        spec = jail.worker_spec(job, job_dir)
+        return jail.wrap(argv, spec), jail.die_with_parent(spec.limits)
+    return jail.reaped(argv), jail.die_with_parent()
+
+
 def _spawn_and_wait(job: dict, timeout: float, log_path: Path) -> int | None:
     job["job_id"] = uuid.uuid4().hex
+    if job["kind"] in jail.UNTRUSTED_JOBS:
+        toolchain.choose_compiler([])  # probed here, trusted: the jail cannot write the verdict cache
+    argv, preexec = worker_command(job, str(log_path.parent))
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelsmith.harness.worker"],
-            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+            argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec,
             env=_worker_env(job), start_new_session=True, cwd=job.get("cwd"),
         )
         try:
@@ -217,6 +236,8 @@ def _read_answer(job: dict, code: int | None, log: str, timeout: float) -> dict:
         raise JobFailed(f"timed out after {timeout:.0f} s (hang or infinite loop); the worker was killed", tail)
     if code < 0:
         raise JobFailed(_signal_reason(code), tail)
+    if code > 128 and code - 128 in _SIGNALS and jail.status().jailed:  # bwrap reports a killed child so
+        raise JobFailed(_signal_reason(128 - code), tail)
     path = Path(job["result_path"])
     if not path.exists():
         raise JobFailed(f"worker exited with code {code} without an answer (sys.exit or os._exit in candidate code?)",

@@ -165,3 +165,78 @@ def user_secret_dirs() -> tuple[str, ...]:
     """kernelsmith's folders in the user's config (the commit key), hidden from every jail."""
     config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kernelsmith"
     return (str(config),)
+
+
+# --- workers ---------------------------------------------------------------------------------
+
+UNTRUSTED_JOBS = ("build", "candidate", "profile")  # the jobs that load or compile candidate code
+
+
+def lock_dir() -> str:
+    """The folder of the per-GPU timing locks, shared by every profile worker on this host."""
+    path = os.environ.get("KERNELSMITH_LOCK_DIR", "/tmp/kernelsmith-locks")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def worker_spec(job: dict, job_dir: str) -> JailSpec:
+    """What a jailed worker may see and write: its own job folder always; a build its build
+    folder and the precompiled-header cache; a candidate worker the folder its outputs go to the
+    judge through; a profile worker the GPU locks. Everything else is read-only, and trusted
+    state (the baselines cache, the op watch, the session records) cannot be written."""
+    from kernelsmith.evaluation import build_plan
+
+    writable = [job_dir, job.get("out_dir", job_dir)]
+    readable = [p for p in (job.get("reference"), job.get("candidate"), job.get("cwd")) if p]
+    if job["kind"] == "build":
+        kernels = Path(job["kernels_dir"])
+        build_dir = build_plan.default_build_dir(kernels, job["device"])
+        build_dir.mkdir(parents=True, exist_ok=True)
+        writable += [str(build_dir), _pch_dir()]
+        readable.append(str(kernels))
+    else:
+        readable += [str(Path(p).parent) for p in (job.get("reference"), job.get("candidate")) if p]
+    if job["kind"] == "profile":
+        writable.append(lock_dir())
+    gpu = job.get("device") == "cuda" and job["kind"] != "build"
+    limits = Limits(file_bytes=None if job["kind"] == "candidate" else 8 * GIB, processes=1024,
+                    memory_bytes=None if gpu else physical_memory())
+    return JailSpec(readable=tuple(readable), writable=tuple(dict.fromkeys(writable)),
+                    hidden=user_secret_dirs(), gpu=gpu, cwd=job.get("cwd"), limits=limits)
+
+
+def _pch_dir() -> str:
+    root = os.environ.get("KERNELSMITH_PCH_DIR", "").strip() or \
+        str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernelsmith" / "pch")
+    os.makedirs(root, exist_ok=True)
+    return root
+
+
+def reaped(argv: list[str]) -> list[str]:
+    """A trusted worker (it never loads candidate code) with the host's filesystem, in a PID
+    namespace of its own, so that nothing it starts (torch.compile's compile workers, a
+    compiler) outlives it, even when the session is killed with SIGKILL."""
+    if not status().jailed:
+        return list(argv)
+    return [shutil.which("bwrap"), "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+            "--unshare-pid", "--die-with-parent", "--"] + list(argv)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(limits: Limits | None = None):
+    """preexec_fn: rlimits, and SIGKILL when the thread that started the process dies (the
+    parent waits in that thread until the worker exits, so only a dying parent fires it)."""
+    apply = preexec(limits) if limits else (lambda: None)
+
+    def run() -> None:
+        apply()
+        try:
+            import ctypes
+            import signal
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    return run
