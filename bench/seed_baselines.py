@@ -4,7 +4,7 @@
     kernelsmith bench DIR/level1 DIR/level2 ... --baselines-cache FILE
 
 A row (level, task, eager_ms, compile_<mode>_ms, gpu, torch, warmup_s) becomes the entry that
-evaluate.apply_compile_baselines would have written after measuring the task itself, under the
+evaluate.apply_baselines would have written after measuring the task itself, under the
 same key: the digest of the workdir's model.py (the text kernelsmith.task.load_task gives for
 DIR/<level>/<task>.py, which is not always the file's raw bytes), device, precision and compile
 modes, then the row's GPU and torch version. Only rows without an error that have every mode in

@@ -119,6 +119,17 @@ def check_package(module: str, pip_name: str, required: bool = True) -> Check:
     return Check(pip_name, ok, "installed" if ok else "missing", f"pip install {pip_name}", required)
 
 
+def check_jail() -> Check:
+    """Which jail untrusted code runs in; without one every result carries a reduced guarantee."""
+    from kernelsmith.sandbox import jail
+
+    found = jail.status()
+    if found.jailed:
+        return Check("jail", True, f"{found.describe()}: bash, builds and candidate workers run jailed")
+    return Check("jail", False, f"NONE ({found.detail}): every result and commit carries a reduced guarantee",
+                 "apt-get install bubblewrap (user namespaces must be allowed)")
+
+
 def run_checks() -> list[Check]:
     checks = check_torch()
     if checks[0].ok:
@@ -133,6 +144,7 @@ def run_checks() -> list[Check]:
     if checks[0].ok:
         checks.append(check_extension_compiler())
     checks.append(check_tool("git", "git", "install git (apt install git)"))
+    checks.append(check_jail())
     checks.append(check_tool("ncu (Nsight Compute)", "ncu", "optional: install Nsight Compute for kernel metrics",
                              required=False))
     for module, pip_name in (("git", "gitpython"), ("textual", "textual"), ("anthropic", "anthropic"),

@@ -15,7 +15,7 @@ from kernelsmith import workdir as wd
 from kernelsmith.agent.run import eval_options, prepare_workdir
 from kernelsmith.config import Settings, load_settings
 from kernelsmith.evaluation.options import COMPILE_MODES, EvalOptions
-from kernelsmith.evaluation.baselines import apply_compile_baselines, cache_key, task_key, update_cache
+from kernelsmith.evaluation.baselines import apply_baselines, cache_key, task_key, update_cache
 from kernelsmith.evaluation.result import EvalResult
 
 SEED = Path(__file__).parent.parent / "bench" / "seed_baselines.py"
@@ -101,7 +101,7 @@ def test_seeded_entry_has_the_sessions_key_and_is_used_without_measuring(tmp_pat
     assert set(entries[key]["compile_ms"]) == set(COMPILE_MODES)
 
     result = _profiled_result(0.52)  # live eager within 10% of the row's 0.5 ms
-    apply_compile_baselines(reference, opts, _profile(0.52), result)
+    apply_baselines(reference, opts, _profile(0.52), result)
     assert any(n.startswith("compile baselines from cache") and str(rows) in n for n in result.notes), result.notes
     assert "baselines" not in result.seconds
     assert result.timings_ms["compile"] == 0.3 and result.compile_mode == "max-autotune-no-cudagraphs"
@@ -119,7 +119,7 @@ def test_a_drifted_live_eager_remeasures_a_seeded_entry(tmp_path):
     assert json.loads(out.read_text())[key]["seeded_from"]
 
     result = _profiled_result(1.5)
-    apply_compile_baselines(reference, opts, _profile(1.5), result)
+    apply_baselines(reference, opts, _profile(1.5), result)
     assert any(n.startswith("compile baselines re-measured") for n in result.notes), result.notes
     entry = json.loads(out.read_text())[key]
     assert "seeded_from" not in entry and set(entry["compile_ms"]) == set(COMPILE_MODES)

@@ -11,8 +11,9 @@ from kernelsmith.harness.compare import compare
 from kernelsmith.evaluation.reward import RewardThresholds, milestone_reward
 
 
-def test_every_timed_run_sees_new_inputs(candidate, run_eval, tmp_path):
+def test_every_timed_run_sees_new_inputs(candidate, run_eval, tmp_path, monkeypatch):
     log = tmp_path / "fingerprints.txt"
+    monkeypatch.setenv("KERNELSMITH_JAIL_WRITABLE", str(tmp_path))  # the jailed candidate may write its log there
     result = run_eval(candidate(f'''
         import hashlib
 
@@ -44,7 +45,34 @@ def test_cache_that_starts_after_verification_is_caught(candidate, run_eval):
                 return out
     '''), profile=True, min_runs=30)
     assert not result.clean and result.reward == -1
-    assert any("wrong output at timed run" in v for v in result.violations), result.violations
+    assert any("wrong output at" in v for v in result.violations), result.violations
+
+
+def test_stale_answers_only_inside_timed_runs_are_caught_by_the_checksums(candidate, run_eval):
+    """The candidate reads the harness's stack to know when it is timed (spot checks run outside the
+    timed call) and then answers from inputs it saw before, in fresh memory: only the checksum of every
+    timed output, judged by a trusted process for a sample drawn after the profile, sees it."""
+    result = run_eval(candidate('''
+        import sys
+        _seen = {}
+
+        def _timed():
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_name != "time_call":
+                frame = frame.f_back
+            return frame is not None
+
+        class ModelNew(Base):
+            def forward(self, x):
+                key = x.data_ptr()
+                if _timed() and key in _seen:
+                    return kernel("axpb", torch.from_numpy(_seen[key]), self.bias)  # last time's inputs
+                if _timed():
+                    _seen[key] = x.numpy().copy()
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=30)
+    assert not result.clean and result.reward == -1
+    assert any("wrong output at a timed run" in v and "checksum" in v for v in result.violations), result.violations
 
 
 FALLBACK_AFTER_VERIFY = '''
@@ -257,3 +285,58 @@ def test_disarming_the_watch_from_forward_is_caught(candidate, run_eval):
     ''', imports='import sys')), profile=True, min_runs=20)
     assert not result.clean
     assert any("disarmed or re-armed by someone else" in v for v in result.violations), result.error
+
+
+def test_a_harness_timer_patched_from_inside_is_caught_by_the_parents_clock(candidate, run_eval):
+    """The candidate finds the harness's timer object and makes its own runs report a third of their
+    time: identity checks of modules do not see an instance attribute, the parent's clock does."""
+    result = run_eval(candidate('''
+        import gc
+        _done = []
+
+        def _patch():
+            if _done:
+                return
+            for obj in gc.get_objects():
+                if type(obj).__name__ == "Clocks" and not hasattr(obj, "_patched"):
+                    real = obj.time_call
+                    def fast(fn, args, real=real):
+                        dev, full, host, out = real(fn, args)
+                        mine = any(type(c.cell_contents).__name__ == "ModelNew" for c in (fn.__closure__ or ()))
+                        return (dev * 0.3, full * 0.3, host * 0.3, out) if mine else (dev, full, host, out)
+                    obj.time_call, obj._patched = fast, True
+                    _done.append(obj)
+
+        class ModelNew(Base):
+            def forward(self, x):
+                _patch()
+                import time
+                time.sleep(0.004)  # a slow kernel, so that a third of its time is a clear "speed-up"
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=30)
+    assert not result.clean and result.reward == -1
+    assert any("parent's clock" in v for v in result.violations), result.violations
+
+
+def test_eager_slowed_in_the_candidates_process_earns_nothing(candidate, run_eval):
+    """The candidate makes the reference slower in its own process (the reference's class is not a
+    module the identity checks watch): the credited eager comes from a clean process, and the
+    disagreement with the live eager marks the result contended, with no speed-up reward."""
+    result = run_eval(candidate('''
+        import sys, time
+        _model = sys.modules["ks_reference"].Model
+        _forward = _model.forward
+
+        def _slow(self, x):
+            time.sleep(0.02)
+            return _forward(self, x)
+
+        _model.forward = _slow
+
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=20)
+    assert result.timings_ms["eager_live"] > 15 > result.timings_ms["eager"]
+    assert result.contended and "clean process" in result.contended
+    assert result.reward <= 1.0

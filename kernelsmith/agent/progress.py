@@ -59,8 +59,8 @@ class Progress:
         if self.best is None:
             return True  # the session's first working version
         new = result.get("speedup_vs_eager")
-        if tool != "profile" or new is None:
-            return False
+        if tool != "profile" or new is None or result.get("contended"):
+            return False  # a busy machine's numbers commit no "faster" kernel
         if self.best.speedup_vs_eager is None:
             return True  # the first kernel with a measured speed
         return new > self.best.speedup_vs_eager * (1 + self.margin(result))
@@ -78,7 +78,8 @@ class Progress:
         trailers = {TRAILER_SESSION: self.session_id, "Speedup-Vs-Eager": _x(eager),
                     "Speedup-Vs-Compile": _x(comp), "Reward": f"{result.get('reward', -1):g}",
                     "Turn": str(turn), "Attempt": str(self.attempts), "GPU": result.get("gpu") or result.get("device", ""),
-                    "Precision": result.get("precision", ""), "Harness-Version": HARNESS_VERSION}
+                    "Precision": result.get("precision", ""), "Harness-Version": HARNESS_VERSION,
+                    "Jail": result.get("jail") or "unknown"}
         # The kernel may be the one committed when it first verified: the commit then only
         # records its first measured speed, so the log and the review UI show it.
         unchanged = not self.repo.has_kernel_changes()

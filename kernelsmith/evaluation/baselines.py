@@ -17,15 +17,15 @@ from kernelsmith.evaluation import build_plan as build, runner
 from kernelsmith.evaluation.options import COMPILE_MODES, EvalOptions, seed_for
 from kernelsmith.evaluation.result import EvalResult
 
-def task_digest(source: bytes, device: str, precision: str) -> str:
+def task_digest(source: bytes, device: str, precision: str, modes: tuple[str, ...] = COMPILE_MODES) -> str:
     """The task part of a baselines cache key: the reference text, device, precision and compile modes."""
     digest = hashlib.sha256(source)
-    digest.update(json.dumps([device, precision, COMPILE_MODES]).encode())
+    digest.update(json.dumps([device, precision, list(modes)]).encode())
     return digest.hexdigest()[:24]
 
 
 def task_key(reference: Path, opts: EvalOptions) -> str:
-    return task_digest(Path(reference).read_bytes(), opts.device, opts.precision)
+    return task_digest(Path(reference).read_bytes(), opts.device, opts.precision, baseline_modes(opts))
 
 
 def cache_key(digest: str, gpu, torch_version) -> str:
@@ -41,36 +41,59 @@ def default_cache_path(reference: Path) -> Path:
     return base / "kernelsmith" / "baselines.json"
 
 
-def apply_compile_baselines(reference: Path, opts: EvalOptions, prof: dict, result: EvalResult) -> None:
+def baseline_modes(opts: EvalOptions) -> tuple[str, ...]:
+    return COMPILE_MODES if opts.wants_compile() else ()
+
+
+def apply_baselines(reference: Path, opts: EvalOptions, prof: dict, result: EvalResult) -> None:
+    """Eager (and torch.compile, when asked) from a process that never loaded candidate code, cached.
+
+    The eager that is credited is the clean one; the live eager timed beside the candidate must agree
+    with it within the drift, after one re-measurement, or the result is marked contended and earns no
+    speed-up (a candidate that slows eager down in its own process, or a busy machine)."""
     cache_path = opts.cache_path or default_cache_path(reference)
     key = cache_key(task_key(reference, opts), prof.get("gpu"), prof.get("torch"))
-    entry = build.read_json(cache_path).get(key)
+    entry, fresh = build.read_json(cache_path).get(key), False
     live_eager = prof["timings"]["eager"]["median"]
-    if entry is not None and abs(entry["eager_ms"] - live_eager) > opts.eager_drift * live_eager:
-        result.notes.append(f"compile baselines re-measured: live eager {live_eager:.4g} ms, "
-                            f"cached eager {entry['eager_ms']:.4g} ms")
+    if entry is not None and _drifted(entry, live_eager, opts):
+        result.notes.append(f"baselines re-measured: live eager {live_eager:.4g} ms, cached eager {entry['eager_ms']:.4g} ms")
         entry = None
     if entry is None:
-        entry = measure_baselines(reference, opts)  # never under the cache lock: this takes up to a minute
+        entry, fresh = measure_baselines(reference, opts), True  # never under the cache lock: up to minutes
         if entry is None:
-            result.notes.append("torch.compile baseline failed; speedup_vs_compile is unknown")
+            result.contended = "the clean baselines failed to run; speed-ups are unknown"
             return
         update_cache(cache_path, key, entry)
     else:
         seeded = f", seeded from {entry['seeded_from']}" if entry.get("seeded_from") else ""
-        result.notes.append(f"compile baselines from cache (live eager within {opts.eager_drift:.0%} "
-                            f"of the cached{seeded})")
-    best_mode = min(entry["compile_ms"], key=entry["compile_ms"].get)
-    result.timings_ms.update({f"compile:{m}": t for m, t in entry["compile_ms"].items()})
-    result.timings_ms["compile"] = entry["compile_ms"][best_mode]
-    result.compile_mode = best_mode
-    result.speedup_vs_compile = entry["compile_ms"][best_mode] / result.timings_ms["candidate"]
+        result.notes.append(f"baselines from cache (live eager within {opts.eager_drift:.0%} of the cached{seeded})")
+    _credit(entry, live_eager, fresh, opts, result)
+
+
+def _drifted(entry: dict, live_eager: float, opts: EvalOptions) -> bool:
+    return abs(entry["eager_ms"] - live_eager) > opts.eager_drift * live_eager
+
+
+def _credit(entry: dict, live_eager: float, fresh: bool, opts: EvalOptions, result: EvalResult) -> None:
+    candidate = result.timings_ms["candidate"]
+    result.timings_ms.update({"eager": entry["eager_ms"], "eager_live": live_eager})
+    result.speedup_vs_eager = entry["eager_ms"] / candidate if candidate > 0 else None
+    if fresh and _drifted(entry, live_eager, opts):
+        result.contended = (f"eager timed beside the candidate ({live_eager:.4g} ms) disagrees with eager in a "
+                            f"clean process ({entry['eager_ms']:.4g} ms) by more than {opts.eager_drift:.0%}: a busy "
+                            "machine, or a candidate that slows eager down")
+    if entry.get("compile_ms"):
+        best_mode = min(entry["compile_ms"], key=entry["compile_ms"].get)
+        result.timings_ms.update({f"compile:{m}": t for m, t in entry["compile_ms"].items()})
+        result.timings_ms["compile"] = entry["compile_ms"][best_mode]
+        result.compile_mode = best_mode
+        result.speedup_vs_compile = entry["compile_ms"][best_mode] / candidate if candidate > 0 else None
 
 
 def measure_baselines(reference: Path, opts: EvalOptions) -> dict | None:
     job = {"kind": "baselines", "reference": str(reference), "device": opts.device, "precision": opts.precision,
-           "seed": seed_for(opts), "compile_modes": list(COMPILE_MODES), "min_runs": opts.min_runs,
-           "min_seconds": opts.min_seconds, "cwd": str(Path(reference).parent)}
+           "seed": seed_for(opts), "compile_modes": list(baseline_modes(opts)), "min_runs": opts.min_runs,
+           "min_seconds": opts.min_seconds, "cwd": str(Path(reference).parent), "threads": opts.threads()}
     try:
         value = runner.run_job(job, max(opts.timeout_s, 1800.0))
     except runner.JobFailed:

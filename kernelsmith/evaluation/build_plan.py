@@ -236,3 +236,25 @@ def read_json(path: Path) -> dict:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return {}
+
+
+NATIVE_DIR = Path(__file__).resolve().parent.parent / "harness" / "native"
+
+
+def op_watch_identity() -> str:
+    """What the native op watch's .so depends on: its source, torch, Python and this machine
+    (-march=native); computed without torch, so the parent knows whether it is built."""
+    import platform
+
+    digest = hashlib.sha256((NATIVE_DIR / "op_watch.cpp").read_bytes())
+    digest.update(json.dumps([_torch_version(), sys.version, platform.node(), platform.machine()]).encode())
+    return digest.hexdigest()[:20]
+
+
+def op_watch_folder() -> Path:
+    return user_cache_dir() / "op_watch" / op_watch_identity()
+
+
+def op_watch_built() -> bool:
+    stamp = read_json(op_watch_folder() / "build" / "kernelsmith-stamp.json")
+    return Path(stamp.get("so_path", "")).is_file()

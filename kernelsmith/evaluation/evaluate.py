@@ -14,13 +14,17 @@ from pathlib import Path
 
 from kernelsmith.evaluation import build_plan as build, runner
 from kernelsmith.evaluation.result import EvalResult
-from kernelsmith.evaluation.baselines import apply_compile_baselines
+from kernelsmith.evaluation import checks
+from kernelsmith.sandbox import jail
+from kernelsmith.evaluation.baselines import apply_baselines
 from kernelsmith.evaluation.options import EvalOptions, seed_for
 from kernelsmith.evaluation.reward import reward_for
 
 def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
     """Score a KernelBench-format candidate (defines ModelNew) against a reference."""
-    result = EvalResult(device=opts.device, precision=opts.precision)
+    result = EvalResult(device=opts.device, precision=opts.precision, jail=jail.status().describe())
+    if not jail.status().jailed:
+        result.notes.append(jail.reduced_note(jail.status()))
     reference, candidate = Path(reference).resolve(), Path(candidate).resolve()
     kernels = candidate.parent / "kernels"
     if kernels.is_dir() and not build_step(kernels, opts, result):
@@ -103,30 +107,73 @@ def _apply_verdicts(facts: dict, judged: dict, opts: EvalOptions, result: EvalRe
 
 def _first_failure(trials: list[dict], wanted: int) -> str:
     for number, trial in enumerate(trials, start=1):
+        if trial.get("skipped"):  # a stressed trial the reference itself is not finite on
+            continue
         if not trial["ok"]:
+            if trial.get("stress"):  # the judge's reason names the stress
+                return f"wrong output {trial['reason']}"
             return f"wrong output in trial {number} of {wanted}: {trial['reason']}"
     if len(trials) < wanted:
         return f"only {len(trials)} of {wanted} trials ran"
     return ""
 
 
+def prepare_watch() -> None:
+    """The native op watch is built once, by a trusted worker, before any profile needs it."""
+    if not build.op_watch_built():
+        try:
+            runner.run_job({"kind": "prepare"}, 1800.0)
+        except runner.JobFailed:
+            pass  # the profile then runs under the Python dispatch mode, and its notes say so
+
+
 def profile_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> None:
+    prepare_watch()
     start = time.perf_counter()
     job = {"kind": "profile", "reference": str(reference), "candidate": str(candidate), "device": opts.device,
            "precision": opts.precision, "seed": seed_for(opts), "min_runs": opts.min_runs,
-           "min_seconds": opts.min_seconds, "cwd": str(candidate.parent)}
+           "min_seconds": opts.min_seconds, "cwd": str(candidate.parent), "threads": opts.threads()}
+    clock = runner.ParentClock()
     try:
-        prof = runner.run_job(job, opts.timeout_s * 2)
+        prof = runner.run_job(job, opts.timeout_s * 2, clock)
     except runner.JobFailed as err:
         result.seconds["profile"] = runner.elapsed(start)
         result.reject(f"profile failed: {err.reason}", stage="profile")
         return
     result.seconds["profile"] = runner.elapsed(start)
     apply_profile(prof, result)
-    if not result.violations and opts.wants_compile():
-        compile_start = time.perf_counter()
-        apply_compile_baselines(reference, opts, prof, result)
-        result.seconds["baselines"] = runner.elapsed(compile_start)
+    _violation(result, checks.clock_disagreement(prof, clock.batches))
+    if not result.violations:
+        check_timed_outputs(reference, job, prof, result)
+    if not result.violations:
+        baselines_start = time.perf_counter()
+        apply_baselines(reference, opts, prof, result)
+        result.seconds["baselines"] = runner.elapsed(baselines_start)
+    result.contended = result.contended or checks.busy(prof["timings"])
+
+
+def _violation(result: EvalResult, problem: str | None) -> None:
+    if problem and problem not in result.violations:
+        result.violations.append(problem)
+        result.error = result.error or "rejected while profiling: " + problem
+
+
+def check_timed_outputs(reference: Path, job: dict, prof: dict, result: EvalResult) -> None:
+    """A trusted worker recomputes the reference for a random sample of the timed runs (drawn here,
+    after the profile) and judges the checksums the candidate's process took of those outputs."""
+    runs = checks.sample_runs(prof.get("checksums") or [])
+    if not runs:
+        return _violation(result, "the profile reported no checksums of its timed outputs")
+    trusted = {k: job[k] for k in ("reference", "device", "precision", "seed", "cwd")}
+    try:
+        verdict = runner.run_job({**trusted, "kind": "checksums", "runs": runs, "pool_seeds": prof["pool_seeds"]},
+                                 job.get("timeout_s", 600.0))
+    except runner.JobFailed as err:
+        return _violation(result, f"the timed outputs could not be checked: {err.reason}")
+    result.seconds["checked_runs"] = verdict["checked"]
+    if verdict["failures"]:
+        _violation(result, "wrong output at a timed run (caching, replay or work only when read): "
+                   + verdict["failures"][0])
 
 
 def apply_profile(prof: dict, result: EvalResult) -> None:

@@ -29,6 +29,10 @@ class EvalOptions:
     cache_path: Path | None = None
     thresholds: RewardThresholds = field(default_factory=lambda: DEFAULT)
 
+    def threads(self) -> int | None:
+        """On the CPU, eager and the candidate get the same threads: the cores this process may use."""
+        return len(os.sched_getaffinity(0)) if self.device == "cpu" and hasattr(os, "sched_getaffinity") else None
+
     def wants_compile(self) -> bool:
         return self.device == "cuda" if self.compile_baseline is None else self.compile_baseline
 

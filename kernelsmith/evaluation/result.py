@@ -30,6 +30,8 @@ class EvalResult:
     torch_version: str = ""
     precision: str = "fp32"
     harness_version: str = HARNESS_VERSION
+    jail: str = ""  # the jail untrusted code ran in ("none: why" is a reduced guarantee)
+    contended: str = ""  # why the timings cannot be credited (a busy machine, eager disagreeing), or ""
     stage: str = ""  # where it stopped: build, load, verify, profile, done
     error: str = ""  # readable reason when not correct
     build: dict[str, Any] = field(default_factory=dict)

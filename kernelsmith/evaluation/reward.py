@@ -38,6 +38,8 @@ def milestone_reward(correct: bool, clean: bool, speedup_vs_eager: float | None,
 
 
 def reward_for(result, t: RewardThresholds = DEFAULT) -> float:
-    """Reward of an EvalResult."""
+    """Reward of an EvalResult: timings from a contended machine earn no speed milestone."""
+    if getattr(result, "contended", ""):
+        return milestone_reward(result.correct, not result.violations, None, None, t)
     return milestone_reward(result.correct, not result.violations,
                             result.speedup_vs_eager, result.speedup_vs_compile, t)

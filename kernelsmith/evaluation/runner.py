@@ -141,8 +141,9 @@ def scratch_root() -> str | None:
     return None
 
 
-def run_job(job: dict, timeout: float) -> dict:
-    """Run one job in a fresh worker; return its value or raise JobFailed."""
+def run_job(job: dict, timeout: float, clock: "ParentClock | None" = None) -> dict:
+    """Run one job in a fresh worker; return its value or raise JobFailed. With a clock, the worker
+    gets a pair of pipes and this process times each batch it announces (ParentClock)."""
     _become_subreaper()
     with tempfile.TemporaryDirectory(prefix="ks-job-", dir=scratch_root()) as tmp:
         os.chmod(tmp, 0o700)
@@ -150,8 +151,51 @@ def run_job(job: dict, timeout: float) -> dict:
         job.setdefault("out_dir", str(Path(tmp) / "out"))
         Path(job["out_dir"]).mkdir(parents=True, exist_ok=True)
         log_path = Path(tmp) / "worker.log"
-        code = _spawn_and_wait(job, timeout, log_path)
+        with clock.serving(job) if clock else contextlib.nullcontext():
+            code = _spawn_and_wait(job, timeout, log_path)
         return _read_answer(job, code, log_path.read_text(errors="replace"), timeout)
+
+
+class ParentClock:
+    """A clock the candidate cannot reach: this process's perf_counter around each batch of timed runs
+    the worker announces over a pipe (`ready NAME`; go; `done`). The worker's own timers are checked
+    against it (evaluation/checks.py)."""
+
+    MAX_BATCHES = 100_000
+
+    def __init__(self):
+        self.batches: dict[str, list[float]] = {}
+
+    @contextlib.contextmanager
+    def serving(self, job: dict):
+        go_r, go_w = os.pipe()
+        report_r, report_w = os.pipe()
+        job["clock_fds"] = [go_r, report_w]
+        job["pass_fds"] = (go_r, report_w)
+        thread = threading.Thread(target=self._serve, args=(os.fdopen(report_r, "rb"), go_w), daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            for fd in (go_r, report_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            thread.join(timeout=5)
+            with contextlib.suppress(OSError):
+                os.close(go_w)
+
+    def _serve(self, reports, go_w: int) -> None:
+        with reports:
+            while sum(map(len, self.batches.values())) < self.MAX_BATCHES:
+                line = reports.readline()
+                if not line.startswith(b"ready "):
+                    return
+                start = time.perf_counter()
+                os.write(go_w, b"g")
+                if reports.readline() != b"done\n":
+                    return
+                name = line[6:].strip().decode(errors="replace")[:40]
+                self.batches.setdefault(name, []).append((time.perf_counter() - start) * 1e3)
 
 
 def run_jobs_sharing_dir(jobs_fn, timeout: float):
@@ -186,6 +230,8 @@ def _worker_env(job: dict) -> dict:
     merged["PYTHONUNBUFFERED"] = "1"
     merged["KERNELSMITH_JOB_ID"] = job["job_id"]
     merged["PYTHONDONTWRITEBYTECODE"] = "1"  # no worker leaves bytecode another could be made to believe
+    if job.get("threads"):  # eager's intra-op threads and the candidate's OpenMP threads: the same count
+        merged["OMP_NUM_THREADS"] = str(job["threads"])
     merged.pop("PYTHONSTARTUP", None)
     return merged
 
@@ -208,7 +254,7 @@ def _spawn_and_wait(job: dict, timeout: float, log_path: Path) -> int | None:
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec,
-            env=_worker_env(job), start_new_session=True, cwd=job.get("cwd"),
+            env=_worker_env(job), start_new_session=True, cwd=job.get("cwd"), pass_fds=job.pop("pass_fds", ()),
         )
         try:
             _send(proc, job)

@@ -203,9 +203,10 @@ class ProcessGuard:
     def __init__(self):
         self.identities = IdentitySnapshot()
         self.flags = backend_flags()
+        self.loads = LoadGuard()
 
     def violations(self) -> list[str]:
-        found = []
+        found = self.loads.violations()
         patched = self.identities.changed()
         if patched:
             found.append("candidate replaced functions the harness relies on: " + ", ".join(patched[:8]))
@@ -246,7 +247,9 @@ def set_precision_flags(precision: str) -> None:
 # --- outputs and inputs --------------------------------------------------------
 
 def flatten_outputs(out) -> list:
-    if isinstance(out, (tuple, list)):
+    """Exactly a tuple or list (a subclass could compute when iterated: it stays one output and
+    fails output_problems), or one output."""
+    if type(out) in (tuple, list):
         return list(out)
     return [out]
 
@@ -262,9 +265,12 @@ def output_problems(outputs: list, device: str) -> list[str]:
             problems.append(f"output {i} is on {out.device}, expected {device}")
             continue
         try:
-            out.untyped_storage()
+            storage = out.untyped_storage()
         except (RuntimeError, NotImplementedError):
             problems.append(f"output {i} has no real storage")
+            continue
+        if out.numel() and not storage.resizable():  # from_blob, frombuffer, numpy, a mapped file
+            problems.append(f"output {i} lives in memory torch's allocator did not make (from_blob or a mapping)")
     return problems
 
 
@@ -366,3 +372,57 @@ def poison(nbytes: int, device: str) -> None:
     block = torch.empty(n, dtype=torch.float32, device=device)
     block.fill_(float("nan"))
     del block
+
+
+# --- what the candidate's process loads ------------------------------------------------------
+
+# Python packages that compute or compile outside the candidate's kernels: torch's own compilers
+# and their runtimes, other array libraries, other kernel compilers.
+FOREIGN_MODULES = ("torch._inductor", "torch._export", "torch.export", "numba", "cupy", "jax", "jaxlib", "scipy",
+                   "tensorflow", "triton", "tvm", "onnxruntime", "tensorrt", "torch_tensorrt", "sklearn", "numexpr")
+# Native libraries that do the same below Python (matched against mapped file names).
+FOREIGN_LIBRARIES = ("libtorchinductor", "aoti", "torchinductor", "libopenblas", "libmkl_rt", "libcupy",
+                     "libtriton", "libxla", "libjax", "libonnxruntime", "libnvinfer", "libtvm", "libscipy")
+
+
+def _import_what_the_harness_uses() -> None:
+    """The harness's own profiler imports parts of torch._inductor on first use: load them before the
+    snapshot, so only what the candidate brings counts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.empty(1)
+    prof.events()
+
+
+def mapped_libraries() -> set[str]:
+    """Shared objects mapped into this process (/proc/self/maps)."""
+    try:
+        lines = open("/proc/self/maps").read().splitlines()
+    except OSError:
+        return set()
+    return {line.split(None, 5)[5] for line in lines if len(line.split(None, 5)) == 6 and ".so" in line}
+
+
+class LoadGuard:
+    """What the process had loaded before the candidate's import; afterwards, what it added that
+    computes outside the candidate's own kernels (cuBLAS and cuDNN stay allowed)."""
+
+    def __init__(self):
+        _import_what_the_harness_uses()
+        self.modules = set(sys.modules)
+        self.libraries = mapped_libraries()
+
+    def violations(self) -> list[str]:
+        found = []
+        modules = sorted(m for m in set(sys.modules) - self.modules
+                         if any(m == f or m.startswith(f + ".") for f in FOREIGN_MODULES))
+        if modules:
+            found.append("candidate loaded compute outside its kernels (torch's compilers or another "
+                         "library): " + ", ".join(sorted({m.split(".")[0] if not m.startswith("torch.") else
+                                                         ".".join(m.split(".")[:2]) for m in modules})))
+        libraries = sorted(lib for lib in mapped_libraries() - self.libraries
+                           if any(f in lib.lower() for f in FOREIGN_LIBRARIES))
+        if libraries:
+            found.append("candidate mapped native compute libraries: " + ", ".join(libraries[:4]))
+        return found

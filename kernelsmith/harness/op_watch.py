@@ -14,7 +14,6 @@ Python mode and says so. KERNELSMITH_OP_WATCH=python forces that fallback.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -29,16 +28,7 @@ RETRY_FAILED_BUILD_S = 3600.0  # a failed build (a full disk, a killed compiler)
 
 
 def _identity() -> str:
-    """What the built .so depends on: the source, torch, Python and this machine (-march=native)."""
-    import hashlib
-    import platform
-    import sys
-
-    import torch
-
-    digest = hashlib.sha256((NATIVE_DIR / "op_watch.cpp").read_bytes())
-    digest.update(json.dumps([torch.__version__, sys.version, platform.node(), platform.machine()]).encode())
-    return digest.hexdigest()[:20]
+    return build_plan.op_watch_identity()
 
 
 def load_extension():
@@ -47,12 +37,14 @@ def load_extension():
     if os.environ.get("KERNELSMITH_OP_WATCH", "").lower() == "python":
         return None, "KERNELSMITH_OP_WATCH=python"
     try:
-        return _load_locked(build_plan.user_cache_dir() / "op_watch" / _identity())
+        return _load_locked(build_plan.op_watch_folder())
     except (OSError, ImportError, RuntimeError, build_plan.BuildError) as err:
         return None, f"the native op watch is unavailable: {type(err).__name__}: {str(err)[:200]}"
 
 
 def _load_locked(folder: Path):
+    if build_plan.op_watch_built():  # built by a trusted worker: a jailed one only reads it, with no lock
+        return _checked(_import_built(folder))
     failed = folder / "failed.txt"
     with build_plan.cache_lock(folder / "build"):
         if failed.is_file() and time.time() - failed.stat().st_mtime < RETRY_FAILED_BUILD_S:
@@ -62,7 +54,19 @@ def _load_locked(folder: Path):
             failed.write_text(result.summary)
             return None, "the native op watch did not build: " + result.summary.splitlines()[0][:200]
         module = build.import_extension(result.so_path, result.name)  # under the lock: no rebuild under us
-    if Path(getattr(module, "__file__", "")).resolve() != Path(result.so_path).resolve():
+    return _checked((module, result.so_path))
+
+
+def _import_built(folder: Path):
+    result = build.build(NATIVE_DIR, "cpu", build_dir=folder / "build")  # a cache hit: nothing is written
+    if not result.ok:
+        raise ImportError(result.summary.splitlines()[0][:200] if result.summary else "not built")
+    return build.import_extension(result.so_path, result.name), result.so_path
+
+
+def _checked(loaded):
+    module, so_path = loaded
+    if Path(getattr(module, "__file__", "")).resolve() != Path(so_path).resolve():
         return None, f"the native op watch module is not the one built ({getattr(module, '__file__', '?')})"
     return module, ""
 

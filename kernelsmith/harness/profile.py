@@ -15,7 +15,7 @@ task, GPU, torch version and precision.
 from __future__ import annotations
 
 import random
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -24,6 +24,8 @@ from kernelsmith.harness import guards, lint, loading, op_watch, roofline
 from kernelsmith.harness.timing import Clocks, L2Flusher, gpu_lock, summarize
 
 POOL_SETS = 4
+SCALE_JITTER = 5e-3  # each run's inputs are the set's times 1 +- this: a replayed output is off by ~1e-3
+BATCH_RUNS = 1  # timed runs of one contender per bracket of the parent's clock
 LARGE_INPUT_BYTES = 1 << 30
 WARMUP_CALLS = 3
 SPOT_CHECKS = 4
@@ -47,15 +49,29 @@ class InputPool:
         self.sources = self.slots if large else [loading.clone_all(slot) for slot in self.slots]
         self.rng = random.Random(seeds[0])
         self.runs = 0
+        self.factors = [1.0] * len(self.slots)
+        self.last = (0, 1.0)
+        self.task, self.seeds, self.device, self.precision = task, seeds, device, precision
+
+    @property
+    def pristine(self) -> list:
+        return [loading.seeded_inputs(self.task, s, self.device, self.precision) for s in self.seeds[:len(self.slots)]]
 
     def next(self) -> list:
         k = self.runs % len(self.slots)
         self.runs += 1
-        scale = 1.0 + self.rng.uniform(-1e-3, 1e-3)
+        scale = 1.0 + self.rng.uniform(-SCALE_JITTER, SCALE_JITTER)
+        self.factors[k] = scale if self.sources is not self.slots else self.factors[k] * scale
+        self.last = (k, self.factors[k])  # what a trusted process needs to rebuild these inputs
         for src, dst in zip(self.sources[k], self.slots[k]):
             if isinstance(src, torch.Tensor) and src.is_floating_point():
                 torch.mul(src, scale, out=dst)
         return self.slots[k]
+
+    def rebuilt(self, k: int, factor: float) -> list:
+        """The inputs of a run that used set k with this factor, made afresh from the seeds."""
+        return [torch.mul(x, factor) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                for x in self.pristine[k]]
 
     def nbytes(self) -> int:
         return loading.nbytes(self.slots[0])
@@ -71,11 +87,15 @@ def _budget(job: dict) -> tuple[int, float]:
 
 
 def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flusher,
-               min_runs: int, min_seconds: float, on_run=None, watches: dict | None = None) -> dict:
+               min_runs: int, min_seconds: float, between=None, watches: dict | None = None,
+               clock=None, record=None) -> dict:
     """Time every contender round-robin in random order until the budget is met.
 
-    watches[name], a context manager, is entered before that contender's timed call and left
-    after it: outside the timed interval, so watching costs the contender no time."""
+    Each timed run is bracketed from outside this process by the parent's clock (ParentClock): the
+    bracket holds the timed call and the checksum of its output (record), not the input rescale
+    and the cache flush before it. watches[name], a context manager, is entered before that
+    contender's timed call and left after it: outside the timed interval, so watching costs the
+    contender no time. between(name, run) runs after each run, outside the bracket (spot checks)."""
     samples = {name: {"device": [], "full": [], "host": []} for name in contenders}
     order = list(contenders)
     rng = random.Random(len(order))
@@ -85,13 +105,16 @@ def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flu
         for name in order:
             inputs = pool.next()
             flusher.flush()
-            with (watches or {}).get(name) or nullcontext():
-                dev_ms, full_ms, host_ms, out = clocks.time_call(contenders[name], inputs)
-            samples[name]["device"].append(dev_ms)
-            samples[name]["full"].append(full_ms)
-            samples[name]["host"].append(host_ms)
-            if on_run:
-                on_run(name, len(samples[name]["device"]) - 1, inputs, out)
+            with (clock.batch(name) if clock else nullcontext()):
+                with (watches or {}).get(name) or nullcontext():
+                    dev_ms, full_ms, host_ms, out = clocks.time_call(contenders[name], inputs)
+                if record:
+                    record(name, pool.last, out)
+            for key, value in (("device", dev_ms), ("full", full_ms), ("host", host_ms)):
+                samples[name][key].append(value)
+            del out
+            if between:
+                between(name, len(samples[name]["device"]) - 1)
         runs = min(len(s["device"]) for s in samples.values())
         timed_s = min(sum(s["device"]) for s in samples.values()) / 1e3
         if runs >= min_runs or (timed_s >= min_seconds and runs >= 10) or clocks.monotonic() - start > MAX_WALL_S:
@@ -138,7 +161,9 @@ def clock_disagreement(samples: dict) -> str | None:
 def run_profile(job: dict) -> dict:
     device, precision = job["device"], job["precision"]
     guards.set_precision_flags(precision)
+    _same_threads(job)
     clocks = Clocks(device)
+    parent_clock = ParentClock(job["clock_fds"]) if job.get("clock_fds") else None
     tripwires = op_watch.Tripwires()  # before the candidate can take references to the originals
     native, why_not = op_watch.open_watch()  # and before it could plant a module of the same name
     process_guard = guards.ProcessGuard()
@@ -152,27 +177,130 @@ def run_profile(job: dict) -> dict:
     recorder = guards.OpRecorder()
     eager = _no_grad(reference)
 
-    def watched(*args):  # warm-up, and the timed runs when there is no native watch
+    def watched(*args):  # warm-up, spot checks, and the timed runs when there is no native watch
         with torch.no_grad(), recorder:
             return model(*args)
 
     candidate = _no_grad(model) if native else watched
+    sums = Checksums(device)
     with gpu_lock(device):
         flusher = L2Flusher(device)
         warm_s = {"candidate": _warm(watched, pool, clocks), "eager": _warm(eager, pool, clocks)}
-        checks = SpotChecker(eager, precision, random.Random(job["seed"]), *_budget(job))
-        samples = interleave({"candidate": candidate, "eager": eager}, pool, clocks, flusher,
-                             *_budget(job), on_run=checks.maybe_check, watches={"candidate": native})
+        checks = SpotChecker(watched, eager, pool, precision, random.Random(job["seed"]), *_budget(job))
+        samples = interleave({"candidate": candidate, "eager": eager}, pool, clocks, flusher, *_budget(job),
+                             between=checks.maybe_check, watches={"candidate": native}, clock=parent_clock,
+                             record=sums.record)
     violations = _profile_violations([recorder, native, tripwires], samples, checks, device) \
-        + process_guard.violations()
+        + process_guard.violations() + sums.problems
     return {
         "op_watch": "native" if native else f"python dispatch mode ({why_not})",
         **_platform(device),
         "timings": {name: summarize(s["device"]) for name, s in samples.items()},
         "host_timings": {name: summarize(s["host"]) for name, s in samples.items()},
+        "batches": {name: s["host"] for name, s in samples.items()},  # what each bracket of the parent's clock held
+        "batch_runs": BATCH_RUNS, "threads": torch.get_num_threads(),
+        "checksums": sums.runs, "pool_seeds": _seeds(job),
         "warmup_s": warm_s, "violations": violations, "spot_checks": checks.done,
         "roofline": roofline.measure(reference, pool.sources[0], device, precision),
     }
+
+
+def _same_threads(job: dict) -> None:
+    """On the CPU eager gets the thread count the candidate's OpenMP gets (OMP_NUM_THREADS, set by the
+    parent for both): a candidate on one thread is not compared with an eager that waits on a busy core."""
+    threads = job.get("threads")
+    if job["device"] == "cpu" and threads:
+        torch.set_num_threads(int(threads))
+
+
+class ParentClock:
+    """This side of the parent's clock: `ready NAME`, wait for the parent's go, run, `done`. The parent
+    times each bracket with a clock this process cannot reach (evaluation/runner.py)."""
+
+    def __init__(self, fds: list[int]):
+        import os
+
+        self.os = os
+        self.go, self.report = fds
+
+    @contextmanager
+    def batch(self, name: str):
+        self.os.write(self.report, f"ready {name}\n".encode())
+        if self.os.read(self.go, 1) != b"g":
+            raise RuntimeError("the parent's clock went away")
+        yield
+        self.os.write(self.report, b"done\n")
+
+
+def checksum(out: torch.Tensor) -> list[float]:
+    """The sum and the L2 norm of an output, accumulated in float64: two reads, no copy."""
+    if not out.is_floating_point():
+        out = out.to(torch.float64)
+    return [float(torch.sum(out, dtype=torch.float64)), float(torch.linalg.vector_norm(out, dtype=torch.float64)),
+            out.numel()]
+
+
+class Checksums:
+    """The checksum of every timed candidate output, taken inside the parent's bracket of its run,
+    with the input set and factor of its run, so a trusted process can recompute the reference's."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.runs: list[list] = []
+        self.problems: list[str] = []
+        self.previous: list = []  # the last timed output, kept alive: a new one may not share its memory
+
+    def record(self, name: str, last: tuple[int, float], out) -> None:
+        """Eager's outputs are summed too, and dropped: both contenders' brackets hold the same work."""
+        outputs = guards.flatten_outputs(out)
+        if name != "candidate":
+            [checksum(o.detach()) for o in outputs if type(o) is torch.Tensor]
+            return
+        if self.problems:
+            return
+        problems = guards.output_problems(outputs, self.device)
+        if not problems and guards.aliases_any(outputs, self.previous):
+            problems = ["the output shares memory with the previous call's output (a caller's result overwritten)"]
+        if problems:
+            self.problems.append(f"timed run {len(self.runs)}: " + "; ".join(problems))
+            return
+        self.runs.append([last[0], last[1], [checksum(o.detach()) for o in outputs]])
+        self.previous = outputs
+
+
+def reference_checksums(job: dict) -> dict:
+    """Trusted side (never loads candidate code): recompute the reference's outputs for the given timed
+    runs and judge the candidate's checksums of them against the precision's aggregate bound."""
+    device, precision = job["device"], job["precision"]
+    guards.set_precision_flags(precision)
+    task = loading.load_module(job["reference"], "ks_reference")
+    reference = _no_grad(loading.seeded_reference(task, job["seed"], device, precision))
+    sets: dict[int, list] = {}
+    failures = []
+    for index, k, factor, sums in job["runs"]:
+        pristine = sets.setdefault(k, loading.seeded_inputs(task, job["pool_seeds"][k], device, precision))
+        inputs = [torch.mul(x, factor) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                  for x in pristine]
+        outputs = guards.flatten_outputs(reference(*inputs))
+        bounds = [cmp.tolerance_for(o.dtype, precision).rel_l2 for o in outputs]
+        problem = checksum_mismatch(sums, [checksum(o.detach()) for o in outputs], bounds)
+        if problem:
+            failures.append(f"timed run {index}: {problem}")
+    return {"checked": len(job["runs"]), "failures": failures}
+
+
+def checksum_mismatch(got: list, expected: list, bounds: list[float]) -> str:
+    """Honest outputs meet ||c - r|| <= b ||r|| (verify's aggregate bound b), so by the triangle inequality
+    | ||c|| - ||r|| | <= b ||r|| and |sum c - sum r| <= sqrt(n) b ||r||; twice that is allowed (inputs
+    rebuilt by one multiplication instead of many in place)."""
+    if len(got) != len(expected):
+        return f"{len(got)} outputs, the reference has {len(expected)}"
+    for i, ((c_sum, c_norm, n), (r_sum, r_norm, _), b) in enumerate(zip(got, expected, bounds)):
+        bound = 2 * b + 1e-6
+        if abs(c_norm - r_norm) > bound * r_norm or abs(c_sum - r_sum) > (n ** 0.5) * bound * r_norm + 1e-30:
+            return (f"output {i}'s checksum (sum {c_sum:.8g}, norm {c_norm:.8g}) is not the reference's "
+                    f"(sum {r_sum:.8g}, norm {r_norm:.8g}) for the same inputs")
+    return ""
 
 
 def _profile_violations(watches, samples, checks, device) -> list[str]:
@@ -191,33 +319,38 @@ def _platform(device: str) -> dict:
 
 
 class SpotChecker:
-    """Compares the candidate's output at a few random timed runs with eager on the same inputs."""
+    """After a few random timed runs, outside the timed interval: the candidate (watched) on fresh inputs against eager on
+    the same inputs, in this process (a second line: every timed output is also checksummed)."""
 
-    def __init__(self, eager, precision: str, rng: random.Random, min_runs: int, min_seconds: float):
-        self.eager, self.precision = eager, precision
-        self.targets = set(rng.sample(range(1, max(min_runs, SPOT_CHECKS + 1)), SPOT_CHECKS)) | {0}
+    def __init__(self, candidate, eager, pool: InputPool, precision: str, rng: random.Random, min_runs: int,
+                 min_seconds: float):
+        self.candidate, self.eager, self.pool, self.precision = candidate, eager, pool, precision
+        runs = max(min_runs, SPOT_CHECKS + 1)
+        self.targets = set(rng.sample(range(1, runs), SPOT_CHECKS)) | {0}
         self.done = 0
         self.failure: str | None = None
 
-    def maybe_check(self, name: str, index: int, inputs: list, out) -> None:
-        if name != "candidate" or index not in self.targets or self.failure:
+    def maybe_check(self, name: str, run: int) -> None:
+        if name != "candidate" or run not in self.targets or self.failure:
             return
-        outputs = guards.flatten_outputs(out)
+        inputs = self.pool.next()
+        outputs = guards.flatten_outputs(self.candidate(*inputs))
         problems = guards.output_problems(outputs, outputs[0].device.type if outputs else "cpu")
         if problems:
-            self.failure = "timed run " + str(index) + ": " + "; ".join(problems)
+            self.failure = f"spot check after timed run {run}: " + "; ".join(problems)
             return
         verdict = cmp.compare_all([o.detach().clone() for o in outputs],
                                   guards.flatten_outputs(self.eager(*inputs)), self.precision)
         self.done += 1
         if not verdict["ok"]:
-            self.failure = f"wrong output at timed run {index} (caching or replay?): {verdict['reason']}"
+            self.failure = f"wrong output at a spot check after timed run {run} (caching or replay?): {verdict['reason']}"
 
 
 def run_baselines(job: dict) -> dict:
     """Eager and torch.compile modes, interleaved, in a worker with no candidate code."""
     device, precision = job["device"], job["precision"]
     guards.set_precision_flags(precision)
+    _same_threads(job)
     clocks = Clocks(device)
     task = loading.load_module(job["reference"], "ks_reference")
     reference = loading.seeded_reference(task, job["seed"], device, precision)

@@ -23,8 +23,19 @@ def _handlers():
         "judge": lambda job: verify.judge(job, job["facts"]),
         "profile": profile.run_profile,
         "baselines": profile.run_baselines,
+        "checksums": profile.reference_checksums,
         "lint": lint.lint_task,
+        "prepare": _prepare,
     }
+
+
+def _prepare(job: dict) -> dict:
+    """Build the native op watch in a trusted worker: the jailed profile worker may only read it."""
+    os.environ["KERNELSMITH_PCH"] = "0"  # never a header a candidate's build could have written
+    from kernelsmith.harness import op_watch
+
+    module, why_not = op_watch.load_extension()
+    return {"built": module is not None, "why_not": why_not}
 
 
 def _drop_cwd_from_path() -> None:

@@ -186,8 +186,9 @@ def worker_spec(job: dict, job_dir: str) -> JailSpec:
     state (the baselines cache, the op watch, the session records) cannot be written."""
     from kernelsmith.evaluation import build_plan
 
-    writable = [job_dir, job.get("out_dir", job_dir)]
+    writable = [job_dir, job.get("out_dir", job_dir), *extra_writable()]
     readable = [p for p in (job.get("reference"), job.get("candidate"), job.get("cwd")) if p]
+    readable.append(str(build_plan.user_cache_dir()))  # the op watch and the cached builds, read-only
     if job["kind"] == "build":
         kernels = Path(job["kernels_dir"])
         build_dir = build_plan.default_build_dir(kernels, job["device"])
@@ -203,6 +204,12 @@ def worker_spec(job: dict, job_dir: str) -> JailSpec:
                     memory_bytes=None if gpu else physical_memory())
     return JailSpec(readable=tuple(readable), writable=tuple(dict.fromkeys(writable)),
                     hidden=user_secret_dirs(), gpu=gpu, cwd=job.get("cwd"), limits=limits)
+
+
+def extra_writable() -> list[str]:
+    """KERNELSMITH_JAIL_WRITABLE=path:path: more paths jailed workers may write (tests, debugging). Only
+    the user sets it: the agent and the candidate cannot change the parent's environment."""
+    return [p for p in os.environ.get("KERNELSMITH_JAIL_WRITABLE", "").split(":") if p]
 
 
 def _pch_dir() -> str:

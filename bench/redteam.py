@@ -1,0 +1,151 @@
+"""Red team: candidates written against the harness's ideas, scored by the real evaluation; a verdict each.
+
+    python bench/redteam.py --device cuda [--only NAME,...] [--out DIR]
+
+Every candidate starts from the honest example kernel (examples/bias_gelu_scale/<device>/, one build
+shared by all) and adds one attack in Python: an output that computes when read, clocks or the
+harness's own timer patched from inside the process, eager slowed down in the candidate's process,
+torch's compiler as the kernel, an output cache that starts once the timed runs begin. "caught"
+means the result was not credited as a faster correct kernel: rejected, failed, or contended.
+Prints a table and writes redteam.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kernelsmith.evaluation.evaluate import evaluate  # noqa: E402
+from kernelsmith.evaluation.options import EvalOptions  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "bias_gelu_scale"
+HONEST = "return ext.bias_gelu_scale(x, self.bias, self.scale, 0)"
+
+HEADER = '''import torch
+import torch.nn as nn
+from kernelsmith.ext import load_kernels
+
+ext = load_kernels()
+'''
+
+MODEL = '''
+class ModelNew(nn.Module):
+    def __init__(self, n_features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.empty(n_features))
+        self.scale = scale
+
+    def forward(self, x):
+        {body}
+'''
+
+ATTACKS = {
+    "honest": ("", HONEST, "credited"),
+    "lazy-subclass": ('''
+class Lazy(torch.Tensor):
+    pass
+''', "return " + HONEST.removeprefix("return ") + ".as_subclass(Lazy)", "caught"),
+    "tuple-subclass": ('''
+class Outs(tuple):
+    pass
+''', "return Outs([" + HONEST.removeprefix("return ") + "])", "caught"),
+    "torch-compile": ('''
+import torch.nn.functional as F
+_compiled = torch.compile(lambda x, b, s: F.gelu(x + b) * s)
+''', "return _compiled(x, self.bias, self.scale)", "caught"),
+    "slow-eager": ('''
+import time, torch.nn.functional as F
+_gelu = F.gelu
+def _slow_gelu(*a, **k):
+    out = _gelu(*a, **k)
+    torch.cuda.synchronize() if out.is_cuda else None
+    time.sleep(0.002)
+    return out
+F.gelu = _slow_gelu
+''', HONEST, "caught"),
+    "patched-harness-timer": ('''
+import gc
+def _halve_the_timer():
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "Clocks" and not getattr(obj, "_ks_patched", False):
+            real = obj.time_call
+            def fast(fn, args, real=real):
+                dev, full, host, out = real(fn, args)
+                return dev * 0.3, full * 0.3, host * 0.3, out
+            obj.time_call, obj._ks_patched = fast, True
+''', "_halve_the_timer()\n        " + HONEST, "caught"),
+    "cache-once-timed": ('''
+import sys
+_cache = []
+def _timed():
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "time_call":
+            return True
+        frame = frame.f_back
+    return False
+''', '''if _timed() and _cache:
+            return _cache[0]
+        out = ''' + HONEST.removeprefix("return ") + '''
+        if _timed():
+            _cache.append(out)
+        return out''', "caught"),
+}
+
+
+def write_candidate(folder: Path, device: str, name: str) -> Path:
+    prelude, body, _ = ATTACKS[name]
+    target = folder / name
+    target.mkdir(parents=True)
+    shutil.copytree(EXAMPLE / device / "kernels", target / "kernels")
+    (target / "model_new.py").write_text(HEADER + textwrap.dedent(prelude) + MODEL.format(body=body))
+    return target / "model_new.py"
+
+
+def verdict(result) -> str:
+    faster = result.clean and not result.contended and (result.speedup_vs_eager or 0) > 1.05
+    return "credited" if faster or (result.clean and not result.contended) else "caught"
+
+
+def why(result) -> str:
+    return (result.error or (result.violations or [""])[0] or result.contended or "")[:110]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--only", default="")
+    parser.add_argument("--out", type=Path, default=Path("."))
+    args = parser.parse_args()
+    names = [n for n in ATTACKS if not args.only or n in args.only.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = Path(tmp) / "model.py"
+        shutil.copy(EXAMPLE / "model.py", reference)
+        for name in names:
+            start = time.perf_counter()
+            result = evaluate(reference, write_candidate(Path(tmp), args.device, name),
+                              EvalOptions(device=args.device, min_runs=60))
+            got, wanted = verdict(result), ATTACKS[name][2]
+            rows.append({"candidate": name, "expected": wanted, "verdict": got, "ok": got == wanted,
+                         "speedup_vs_eager": result.speedup_vs_eager, "why": why(result), "jail": result.jail,
+                         "seconds": round(time.perf_counter() - start, 1)})
+            print(f"{name:24} expected {wanted:9} got {got:9} {'PASS' if got == wanted else 'FAIL'}  "
+                  f"{rows[-1]['why']}", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "redteam.json").write_text(json.dumps(rows, indent=1))
+    print(f"{sum(r['ok'] for r in rows)}/{len(rows)} verdicts as expected")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Checks the parent makes of what a profile worker reported (torch-free).
+
+The profile worker has the candidate's code loaded, so its timers and its checksums are claims.
+Each claim is checked against something the candidate cannot reach: the parent's clock around
+every batch of timed runs, a trusted process's recomputation of the reference for a random sample
+of timed runs, and eager timed in a process that never loaded candidate code.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+
+MIN_SLACK_MS = 0.2  # per batch: the pipe round trip and scheduling jitter of two processes
+REL_SLACK = 0.15  # of the candidate's own batch time
+SPREAD_BUSY = 0.5  # (p90 - p10) / median above this for eager means the machine was busy
+CHECKED_RUNS = 8  # timed runs whose outputs a trusted process recomputes
+
+
+def _overheads(host_sums: list[float], parent_ms: list[float]) -> list[float]:
+    return [p - h for h, p in zip(host_sums, parent_ms)]
+
+
+def _sigma(values: list[float]) -> float:
+    """A robust standard deviation (1.4826 x the median absolute deviation)."""
+    if len(values) < 2:
+        return 0.0
+    mid = statistics.median(values)
+    return 1.4826 * statistics.median(abs(v - mid) for v in values)
+
+
+def clock_disagreement(prof: dict, parent: dict[str, list[float]]) -> str | None:
+    """The worker's timers against the parent's clock. Each batch costs the parent the runs' in-process
+    host time plus the harness's own per-batch work, which is the same code for both contenders; so
+    the candidate's extra beyond its reported time must match eager's within noise. A candidate that
+    reports less time than it took, or does work after its timed window (an output that computes
+    when read), shows up as extra time only it has."""
+    reported = prof.get("batches") or {}
+    if not parent or set(parent) != set(reported) or any(len(parent[n]) != len(reported[n]) for n in reported):
+        return "the profile worker's batches do not match what the parent's clock saw"
+    cand = _overheads(reported["candidate"], parent["candidate"])
+    eager = _overheads(reported["eager"], parent["eager"])
+    extra = statistics.median(cand) - statistics.median(eager)
+    noise = 5 * (_sigma(cand) + _sigma(eager)) / max(1, min(len(cand), len(eager))) ** 0.5
+    slack = max(MIN_SLACK_MS, REL_SLACK * statistics.median(reported["candidate"])) + noise
+    if extra > slack:
+        runs = prof.get("batch_runs", 1)
+        return (f"the candidate's timed batches took {extra / runs:.3g} ms per run longer by the parent's clock "
+                f"than its process reported, beyond eager's (allowed {slack / runs:.3g} ms): a patched clock or "
+                "work done outside the timed window")
+    return None
+
+
+def busy(timings: dict) -> str:
+    """Why the numbers look like a contended machine, or ''."""
+    for name in ("eager", "candidate"):
+        t = timings.get(name) or {}
+        if t.get("median") and (t["p90"] - t["p10"]) / t["median"] > SPREAD_BUSY:
+            return (f"{name} times spread {t['p10']:.4g}-{t['p90']:.4g} ms around a median of {t['median']:.4g} ms: "
+                    "the machine looked busy")
+    return ""
+
+
+def sample_runs(checksums: list) -> list[list]:
+    """A random sample of the timed runs, drawn here after the profile: [index, set, factor, sums]."""
+    rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+    picked = sorted(rng.sample(range(len(checksums)), min(CHECKED_RUNS, len(checksums))))
+    return [[i, *checksums[i]] for i in picked]
