@@ -68,10 +68,18 @@ def init(task: str = typer.Argument(..., help="KernelBench-format file, or FILE:
     source = task_mod.load_task(task, inputs, init_args)
     opts = _options(device, precision)
     config = wd.create(source, workdir, opts.device, opts.precision)
+    _start_ledger(workdir)
     console.print(f"[green]created[/] {workdir} for [bold]{config.task}[/] ({config.device}, {config.precision})")
     if check:
         _report_lint(task_mod.check_task(workdir / "model.py", opts.device, opts.precision))
     console.print(f"next: edit {workdir}/model_new.py and {workdir}/kernels/, then `kernelsmith verify {workdir}`")
+
+
+def _start_ledger(workdir: Path) -> None:
+    """A new workdir's ledger of kernel commits starts now, before any agent has run in it."""
+    from kernelsmith.gitops import KernelRepo
+
+    KernelRepo(workdir).start_ledger()
 
 
 def _report_lint(report: dict) -> None:
@@ -120,9 +128,11 @@ def compile_cmd(workdir: Optional[Path] = typer.Argument(None, help="workdir (de
     """Build kernels/ (incremental; unchanged sources are a cache hit)."""
     from kernelsmith.console import console
     from kernelsmith.evaluation.evaluate import run_build
+    from kernelsmith.lock import workdir_lock
 
     path, config = _workdir(workdir)
-    built = run_build(path / "kernels", config.device, fast_math)
+    with workdir_lock(path, "kernelsmith compile"):
+        built = run_build(path / "kernels", config.device, fast_math)
     if as_json:
         print(json.dumps({k: v for k, v in built.items() if k != "log"}))
     elif built["ok"]:
@@ -134,11 +144,14 @@ def compile_cmd(workdir: Optional[Path] = typer.Argument(None, help="workdir (de
 
 def _evaluate_workdir(workdir: Optional[Path], profile: bool, **opts_kw):
     from kernelsmith.evaluation.evaluate import evaluate_workdir
+    from kernelsmith.lock import workdir_lock
 
     path, config = _workdir(workdir)
     opts_kw["device"] = opts_kw.get("device") or config.device
     opts_kw["precision"] = opts_kw.get("precision") or config.precision
-    return evaluate_workdir(path, _options(profile=profile, **opts_kw))
+    opts = _options(profile=profile, **opts_kw)
+    with workdir_lock(path, f"kernelsmith {'profile' if profile else 'verify'}"):  # builds and caches write the workdir
+        return evaluate_workdir(path, opts)
 
 
 def _emit(result, as_json: bool, title: str) -> None:
@@ -439,6 +452,8 @@ def log_cmd(workdir: Optional[Path] = typer.Argument(None, help="workdir (defaul
 
     repo = _kernel_repo(workdir)
     rows, accepted = [kernel_row(c) for c in repo.kernel_commits()], repo.accepted()
+    for note in repo.ledger_notes():  # on stderr, so --json stays one object
+        print(f"note: {note}", file=sys.stderr)
     if as_json:
         print(json.dumps({"accepted": accepted, "commits": rows}))
     elif not rows:

@@ -39,13 +39,15 @@ def files_in(root, rev: str) -> set[str]:
 
 # -- save_user_changes -------------------------------------------------------------------------
 
-def test_user_changes_are_committed_separately_and_kept(root):
+def test_user_changes_to_kernel_paths_are_committed_separately_and_the_rest_is_left_alone(root):
     repo = git.Repo(root)
     (root / "SKILL.md").write_text("my own notes on the skill\n")           # modified, tracked
     (root / "scratch.py").write_text("print('mine')\n")                      # new, untracked
     (root / "README.txt").write_text("staged by me\n")
     repo.git.add("README.txt")                                              # staged, outside kernel paths
     (root / "kernels" / "mine.cpp").write_text("// my kernel\n")             # new file in kernel paths
+    (root / "model_new.py").write_text("# my candidate\n")
+    (root / "notes.md").write_text("my notes\n")
     (root / ".kernelsmith" / "session.json").write_text("{}\n")
     (root / "kernels" / "junk.o").write_text("object\n")                     # ignored
     before_head = repo.head.commit.hexsha
@@ -54,13 +56,12 @@ def test_user_changes_are_committed_separately_and_kept(root):
 
     assert sha and repo.head.commit.hexsha == sha and repo.head.commit.parents[0].hexsha == before_head
     assert repo.head.commit.message.startswith("kernelsmith: save your uncommitted changes before session s1")
-    assert blob(root, sha, "SKILL.md") == "my own notes on the skill"
-    assert blob(root, sha, "scratch.py") == "print('mine')"
-    assert blob(root, sha, "README.txt") == "staged by me"
     assert blob(root, sha, "kernels/mine.cpp") == "// my kernel"
-    tracked = files_in(root, sha)
-    assert not any(p.startswith(".kernelsmith") for p in tracked) and "kernels/junk.o" not in tracked
-    assert status(root) == ""                                               # nothing left behind, nothing lost
+    assert blob(root, sha, "model_new.py") == "# my candidate" and blob(root, sha, "notes.md") == "my notes"
+    changed = set(repo.git.diff_tree("--no-commit-id", "--name-only", "-r", before_head, sha).splitlines())
+    assert changed == {"kernels/mine.cpp", "model_new.py", "notes.md"}      # only what a session writes
+    # Everything else is exactly as it was: a session never writes there, so nothing needs saving.
+    assert sorted(status(root).splitlines()) == sorted([" M SKILL.md", "?? scratch.py", "A  README.txt"])
     assert (root / "scratch.py").read_text() == "print('mine')\n"
     assert not KernelRepo(root).is_ours(sha)                                # the user's work, not ours to undo
 
@@ -71,7 +72,8 @@ def test_save_includes_deletions_and_never_kernelsmith_even_without_gitignore(ro
     (root / "kernels" / "example_scale.cpp").unlink()
     sha = KernelRepo(root).save_user_changes("s1")
     tracked = files_in(root, sha)
-    assert "kernels/example_scale.cpp" not in tracked and ".gitignore" not in tracked
+    assert "kernels/example_scale.cpp" not in tracked
+    assert ".gitignore" in tracked                                          # not a kernel path: left as it is
     assert not any(p.startswith(".kernelsmith") for p in tracked)
     assert ".kernelsmith/" in repo.git.status("--porcelain")                # still there, still uncommitted
 

@@ -19,6 +19,7 @@ from kernelsmith.config import Settings
 from kernelsmith.errors import BadInput, KernelsmithError
 from kernelsmith.evaluation.options import EvalOptions
 from kernelsmith.gitops import KernelRepo
+from kernelsmith.lock import workdir_lock
 from kernelsmith.sandbox.base import SandboxEvaluator
 from kernelsmith.session import reader
 from kernelsmith.session.recorder import Listener, Recorder, new_session_id
@@ -64,9 +65,15 @@ def eval_options(settings: Settings, config: wd.WorkdirConfig) -> EvalOptions:
 
 def start(settings: Settings, workdir: Path, listeners: list[Listener], on_text: TextSink | None,
           sandbox=None) -> Ending:
-    """A new session in an existing workdir; evaluations go to `sandbox` when given."""
+    """A new session in an existing workdir; evaluations go to `sandbox` when given. The session
+    holds the workdir's writer lock from before it saves the user's changes to after its end."""
     backend = create_backend(settings)  # a bad key or URL fails here, before anything is written
     config = wd.WorkdirConfig.load(workdir)
+    with workdir_lock(workdir, "kernelsmith optimize"):
+        return _start(settings, workdir, listeners, on_text, sandbox, backend, config)
+
+
+def _start(settings, workdir, listeners, on_text, sandbox, backend, config) -> Ending:
     session_id = new_session_id()
     repo = KernelRepo(workdir)
     saved = repo.save_user_changes(session_id)
@@ -84,7 +91,14 @@ def start(settings: Settings, workdir: Path, listeners: list[Listener], on_text:
 
 def resume(settings: Settings, workdir: Path, session: str, listeners: list[Listener],
            on_text: TextSink | None, sandbox=None) -> Ending:
-    """Continue a session after Ctrl-C, a crash or kill -9, from its record alone."""
+    """Continue a session after Ctrl-C, a crash or kill -9, from its record alone (and the
+    ledger: a best commit kernelsmith did not make is no best). A resumed session writes too."""
+    wd.WorkdirConfig.load(workdir)  # not a workdir: that error, not one about its lock
+    with workdir_lock(workdir, "kernelsmith optimize --resume"):
+        return _resume(settings, workdir, session, listeners, on_text, sandbox)
+
+
+def _resume(settings, workdir, session, listeners, on_text, sandbox) -> Ending:
     path = reader.find_session(workdir, session)
     state = reader.load_session(path)
     if state.end and state.end.get("reason") == "finish":
@@ -97,7 +111,9 @@ def resume(settings: Settings, workdir: Path, session: str, listeners: list[List
     recorder = Recorder(workdir, state.session_id, listeners)
     pending = state.pending_tool_calls()
     recorder.emit("resume", from_turn=state.turn, pending_tool_calls=pending)
-    progress = Progress(KernelRepo(workdir), recorder, settings.noise, _best_of(state), state.attempts)
+    repo = KernelRepo(workdir)
+    repo.start_ledger()  # a workdir from before ledgers: adopt its commits before the agent runs again
+    progress = Progress(repo, recorder, settings.noise, _best_of(state, repo), state.attempts)
     agent = _agent(settings, workdir, config, backend, recorder, progress, state.system, state.messages, on_text,
                    turn=state.turn, usage=Usage(**{k: v for k, v in state.usage.items() if k in Usage.__dataclass_fields__}),
                    elapsed_before_s=state.elapsed_s, sandbox=sandbox)
@@ -115,10 +131,10 @@ def _resumed_settings(state: reader.SessionState, flags: Settings) -> Settings:
     return Settings(**{**recorded, **given})
 
 
-def _best_of(state: reader.SessionState) -> Best | None:
-    if not state.best:
-        return None
+def _best_of(state: reader.SessionState, repo: KernelRepo) -> Best | None:
     b = state.best
+    if not b or not repo.is_kernel_commit(b["sha"]):
+        return None
     return Best(b["sha"], b["turn"], b["speedup_vs_eager"], b["speedup_vs_compile"], b["reward"])
 
 

@@ -11,6 +11,8 @@
                README.md       measured speed-ups (from the commit's trailers) and how to use it
 
 Files come from the commit, not the working tree, so the export is exactly what was measured.
+Only a commit that kernelsmith made (one in the workdir's ledger) is exported, with the trailers
+the ledger recorded, and every object read is checked against its hash.
 The package needs torch and a compiler at import time, not kernelsmith.
 """
 
@@ -45,14 +47,16 @@ def export_kernel(workdir: Path, out: Path, rev: str | None = None, name: str | 
 
     config = WorkdirConfig.load(workdir)
     repo = KernelRepo(workdir)
-    row = kernel_row(repo.commit_info(_chosen_rev(repo, rev)))
+    commit = repo.trusted_commit(_chosen_rev(repo, rev), "export")
+    row = kernel_row(commit)
+    files = _commit_files(repo, commit)
     package = name or _package_name(config.task)
     target = _new_folder(Path(out), package)
     try:
-        _write_sources(repo, row["sha"], target)
+        _write_sources(files, row["sha"], target)
         manifest = _manifest(config, row, target)
         (target / "export.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        (target / "README.md").write_text(readme(manifest, package, repo.commit_info(row["sha"])))
+        (target / "README.md").write_text(readme(manifest, package, commit))
         (target / "__init__.py").write_text(INIT.format(task=config.task, short=row["sha"][:8]))
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)  # never leave half a package behind
@@ -85,29 +89,31 @@ def _new_folder(out: Path, package: str) -> Path:
     return target
 
 
-def _write_sources(repo: KernelRepo, sha: str, target: Path) -> None:
-    tree = repo.repo.commit(sha).tree
-    for needed in ("model.py", "model_new.py", "kernels"):
-        if not _has(tree, needed):
-            raise BadInput(f"commit {sha[:8]} has no {needed}", "export a kernel commit of a kernelsmith workdir")
-    (target / "reference.py").write_bytes(tree["model.py"].data_stream.read())
-    (target / "model_new.py").write_text(rewrite_imports(tree["model_new.py"].data_stream.read().decode(), sha))
-    for blob in tree["kernels"].traverse():
-        if blob.type == "blob":
-            path = target / blob.path
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(blob.data_stream.read())
+def _commit_files(repo: KernelRepo, commit: dict) -> dict[str, bytes]:
+    """model.py, model_new.py and kernels/* of the commit, each checked against its hash."""
+    files = repo.verified_files(commit["tree"], ("model.py", "model_new.py", "kernels"))
+    short = commit["sha"][:8]
+    for needed in ("model.py", "model_new.py"):
+        if needed not in files:
+            raise BadInput(f"commit {short} has no {needed}", "export a kernel commit of a kernelsmith workdir")
+    if not any(path.startswith("kernels/") for path in files):
+        raise BadInput(f"commit {short} has no kernels", "export a kernel commit of a kernelsmith workdir")
+    links = [path for path, (mode, _) in files.items() if mode == "120000"]
+    if links:
+        raise BadInput(f"commit {short} holds the symbolic link {links[0]}", "export takes regular files only")
+    return {path: data for path, (_, data) in files.items()}
+
+
+def _write_sources(files: dict[str, bytes], sha: str, target: Path) -> None:
+    (target / "reference.py").write_bytes(files["model.py"])
+    (target / "model_new.py").write_text(rewrite_imports(files["model_new.py"].decode(), sha))
+    for path, data in files.items():
+        if path.startswith("kernels/"):
+            (target / path).parent.mkdir(parents=True, exist_ok=True)
+            (target / path).write_bytes(data)
     for infra in ("binding.cpp", "binding_registry.h"):
         shutil.copyfile(INFRA / infra, target / infra)
     shutil.copyfile(RUNTIME, target / "_runtime.py")
-
-
-def _has(tree, path: str) -> bool:
-    try:
-        tree[path]
-        return True
-    except KeyError:
-        return False
 
 
 def rewrite_imports(source: str, sha: str) -> str:

@@ -72,12 +72,33 @@ def load_sessions(workdir: Path) -> list[Session]:
 
 
 def load_session(path: Path) -> Session:
-    events = read_events(path)
+    events = distrust_forged_commits(read_events(path), path)
     state = fold(events)
     session = Session(session_id=path.parent.name, path=path, state=state, size=path.stat().st_size)
     session.entries = timeline(events)
     session.attempts = attempts(events)
     return session
+
+
+def distrust_forged_commits(events: list[dict], path: Path) -> list[dict]:
+    """A commit event counts only when kernelsmith's ledger has its sha: without a jail the agent
+    could have written the record too. Any other is shown as a claim, never as a best."""
+    trusted = _kernel_shas(path)
+    if trusted is None:
+        return events
+    return [e if e["kind"] != "commit" or e.get("sha") in trusted else {**e, "kind": "forged_commit"}
+            for e in events]
+
+
+def _kernel_shas(path: Path) -> set[str] | None:
+    """The kernel commits of the workdir that holds the record <workdir>/.kernelsmith/sessions/<id>/events.jsonl."""
+    state_dir = Path(path).resolve().parent.parent.parent
+    if state_dir.name != ".kernelsmith":
+        return None
+    try:
+        return KernelRepo(state_dir.parent).kernel_shas()
+    except BadInput:  # not a git repository: there are no commits to show either
+        return None
 
 
 def find_session_id(workdir: Path, prefix: str) -> str:
@@ -143,6 +164,8 @@ _ENTRY = {
     "tool_result": _tool_result,
     "eval_result": _eval_result,
     "commit": _commit,
+    "forged_commit": _simple("commit?", "fail", lambda e: f"{str(e.get('sha'))[:8]} is not a commit kernelsmith "
+                             f"made (not in its ledger): ignored"),
     "user_message": _simple("nudge", "", lambda e: e["content"].splitlines()[0] if e["content"] else "",
                             lambda e: e["content"]),
     "compaction": _simple("compaction", "", lambda e: f"context {e['before_tokens']:,} -> {e['after_tokens']:,} tokens"),
