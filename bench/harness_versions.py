@@ -1,0 +1,67 @@
+"""Harness v2 against v3: the wall time and the verdict of `kernelsmith eval`, side by side in one run.
+
+    python bench/harness_versions.py --v2 DIR_WITH_V2_PACKAGE REF:CAND [REF:CAND ...] [--device cuda] [--out DIR]
+
+Each pair is scored by both versions, alternating, twice each (the first with cold caches: builds,
+the op watch, baselines; the second warm). Each version has its own cache folder (XDG_CACHE_HOME),
+so neither reuses the other's baselines. Prints a table; writes harness_versions.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def score(package_root: Path, cache: Path, reference: str, candidate: str, device: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": f"{package_root}:{os.environ.get('PYTHONPATH', '')}",
+           "XDG_CACHE_HOME": str(cache)}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "kernelsmith.cli", "eval", reference, candidate, "--device", device,
+                           "--json"], capture_output=True, text=True, env=env, timeout=1200)
+    wall = time.perf_counter() - start
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"wall_s": round(wall, 1), "error": (proc.stderr or proc.stdout)[-300:]}
+    return {"wall_s": round(wall, 1), "correct": result.get("correct"), "clean": not result.get("violations"),
+            "speedup_vs_eager": result.get("speedup_vs_eager"), "speedup_vs_compile": result.get("speedup_vs_compile"),
+            "harness": result.get("harness_version"), "seconds": result.get("seconds"),
+            "error": result.get("error", "")[:200], "contended": result.get("contended", "")}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--v2", type=Path, required=True)
+    parser.add_argument("pairs", nargs="+")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", type=Path, default=Path("."))
+    args = parser.parse_args()
+    versions = {"v2": args.v2.resolve(), "v3": ROOT}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in args.pairs:
+            reference, candidate = pair.split(":")
+            for attempt in ("cold", "warm"):
+                for name, root in versions.items():
+                    row = {"task": Path(reference).stem, "version": name, "caches": attempt,
+                           **score(root, Path(tmp) / name, reference, candidate, args.device)}
+                    rows.append(row)
+                    print(f"{row['task'][:30]:30} {name} {attempt:4} {row['wall_s']:7.1f} s  correct={row.get('correct')} "
+                          f"clean={row.get('clean')} eager x{row.get('speedup_vs_eager') or 0:.3f} "
+                          f"compile x{row.get('speedup_vs_compile') or 0:.3f} {row.get('error', '')[:80]}", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "harness_versions.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
