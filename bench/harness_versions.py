@@ -21,12 +21,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def score(package_root: Path, cache: Path, reference: str, candidate: str, device: str) -> dict:
+def score(package_root: Path, cache: Path, reference: str, candidate: str, device: str, compile_flag: str) -> dict:
     env = {**os.environ, "PYTHONPATH": f"{package_root}:{os.environ.get('PYTHONPATH', '')}",
            "XDG_CACHE_HOME": str(cache)}
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "kernelsmith.cli", "eval", reference, candidate, "--device", device,
-                           "--json"], capture_output=True, text=True, env=env, timeout=1200)
+                           "--json", compile_flag], capture_output=True, text=True, env=env, timeout=1200)
     wall = time.perf_counter() - start
     try:
         result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -43,6 +43,7 @@ def main() -> int:
     parser.add_argument("--v2", type=Path, required=True)
     parser.add_argument("pairs", nargs="+")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--compile", action="store_true", help="also the torch.compile baselines (minutes of autotuning cold)")
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args()
     versions = {"v2": args.v2.resolve(), "v3": ROOT}
@@ -53,7 +54,8 @@ def main() -> int:
             for attempt in ("cold", "warm"):
                 for name, root in versions.items():
                     row = {"task": Path(reference).stem, "version": name, "caches": attempt,
-                           **score(root, Path(tmp) / name, reference, candidate, args.device)}
+                           **score(root, Path(tmp) / name, reference, candidate, args.device,
+                                    "--compile" if args.compile else "--no-compile")}
                     rows.append(row)
                     print(f"{row['task'][:30]:30} {name} {attempt:4} {row['wall_s']:7.1f} s  correct={row.get('correct')} "
                           f"clean={row.get('clean')} eager x{row.get('speedup_vs_eager') or 0:.3f} "

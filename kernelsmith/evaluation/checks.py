@@ -46,7 +46,7 @@ def clock_disagreement(prof: dict, parent: dict[str, list[float]]) -> str | None
     slack = max(MIN_SLACK_MS, REL_SLACK * statistics.median(reported["candidate"])) + noise
     if extra > slack:
         runs = prof.get("batch_runs", 1)
-        return (f"the candidate's timed batches took {extra / runs:.3g} ms per run longer by the parent's clock "
+        return (f"the candidate's timed runs took {extra / runs:.3g} ms longer each by the parent's clock "
                 f"than its process reported, beyond eager's (allowed {slack / runs:.3g} ms): a patched clock or "
                 "work done outside the timed window")
     return None
