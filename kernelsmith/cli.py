@@ -289,9 +289,20 @@ def _run_session(run, as_json: bool) -> int:
         def print_event(event):
             print(json.dumps(event, default=str), flush=True)
 
-        return run([print_event], None).exit_code
-    with SessionView() as view:
-        return run([view], view.on_text).exit_code
+        ending = run([print_event], None)
+    else:
+        with SessionView() as view:
+            ending = run([view], view.on_text)
+    _warn_git_changed(ending.git_changed)
+    return ending.exit_code
+
+
+def _warn_git_changed(paths: list[str]) -> None:
+    """Only an unjailed agent can write .git/; what it planted there runs with the user's next git."""
+    if paths:
+        print(f"warning: {', '.join(paths)} changed during the session: git runs the programs they name "
+              "(hooks, filters, fsmonitor) on your next git command here; read them before you run git",
+              file=sys.stderr)
 
 
 @app.command()

@@ -51,6 +51,8 @@ MAX_FILE_BYTES = 16 << 20
 KERNEL_KINDS = ("kernel", "revert")  # ledger kinds of the commits on the branch that log lists
 COMMIT_KINDS = KERNEL_KINDS + ("attempt", "save")
 ZERO_SHA = "0" * 40
+# Files in .git/ that make git run a program for whoever runs git next (hooks/* too).
+GIT_EXEC_FILES = ("config", "config.worktree", "info/attributes")
 
 # Config through which git runs a program, pinned on the command line, where it beats every
 # config file (and every include.path) the agent or anyone could have written.
@@ -374,6 +376,23 @@ class KernelRepo:
             if _session_of(parse_trailers(text)) is not None and sha not in trusted:
                 claims.append(sha)
         return claims
+
+    def git_exec_surface(self) -> dict[str, str]:
+        """{path in .git/: sha256} of the files through which git runs programs (config, hooks,
+        info/attributes). A session compares it before and after: without a jail the agent could
+        plant a hook that runs on the user's next `git commit`, which no pinning of ours prevents."""
+        git_dir = Path(self.repo.git_dir)
+        hooks = sorted(p.relative_to(git_dir) for p in (git_dir / "hooks").glob("*"))  # none: no folder
+        surface = {}
+        for rel in [Path(name) for name in GIT_EXEC_FILES] + hooks:
+            with contextlib.suppress(OSError):
+                surface[str(rel)] = hashlib.sha256((git_dir / rel).read_bytes()).hexdigest()
+        return surface
+
+    def git_exec_changes(self, before: dict[str, str]) -> list[str]:
+        """The .git/ files of git_exec_surface added, changed or removed since before."""
+        after = self.git_exec_surface()
+        return sorted(f".git/{path}" for path in set(before) | set(after) if before.get(path) != after.get(path))
 
     # -- the API -------------------------------------------------------------------------------
 

@@ -285,3 +285,19 @@ def test_symlinks_never_lead_out_of_the_workdir(root, tmp_path):
     kr.restore_attempt(snapshot)
     assert (root / "kernels" / "sub" / "k.cpp").read_text() == "// in a real folder\n"
     assert not (root / "kernels" / "sub").is_symlink() and sorted(os.listdir(outside)) == ["secret.txt"]
+
+
+def test_a_hook_the_unjailed_agent_plants_during_a_session_is_named_at_its_end(root, tmp_path):
+    hook = root / ".git" / "hooks" / "pre-commit"
+    plant_it = f"printf '#!/bin/sh\\necho gotcha\\n' > {hook} && chmod +x {hook}"
+    script = tmp_path / "s.json"
+    turns = [{"text": "plant", "tool_calls": [{"name": "bash", "arguments": {"command": plant_it}}]},
+             {"text": "done", "tool_calls": [{"name": "finish", "arguments": {"summary": "x"}}]}]
+    script.write_text(json.dumps(turns))
+    env = {**os.environ, "KERNELSMITH_JAIL": "none"}  # the reduced guarantee: bash can write .git/
+    proc = subprocess.run(CLI + ["optimize", "--workdir", str(root), "--backend", "scripted", "--script", str(script),
+                                 "--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert hook.exists(), proc.stdout + proc.stderr
+    assert "warning: .git/hooks/pre-commit changed during the session" in proc.stderr
+    end = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")][-1]
+    assert end["kind"] == "session_end" and end["summary"]["git_changed"] == [".git/hooks/pre-commit"]

@@ -6,7 +6,7 @@ one; 2 for bad input (raised as BadInput before anything is written).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelsmith import workdir as wd
@@ -33,6 +33,7 @@ class Ending:
     turns: int
     usage: Usage
     elapsed_s: float
+    git_changed: list[str] = field(default_factory=list)  # .git/ files that run programs, changed meanwhile
 
     @property
     def exit_code(self) -> int:
@@ -77,6 +78,7 @@ def _start(settings, workdir, listeners, on_text, sandbox, backend, config) -> E
     session_id = new_session_id()
     repo = KernelRepo(workdir)
     saved = repo.save_user_changes(session_id)
+    surface = repo.git_exec_surface()
     recorder = Recorder(workdir, session_id, listeners)
     budget = budget_of(settings)
     system, first = system_prompt(workdir, config), {"role": "user", "content": task_prompt(workdir, config, budget)}
@@ -86,7 +88,7 @@ def _start(settings, workdir, listeners, on_text, sandbox, backend, config) -> E
                   messages=[first], user_changes_commit=saved, head=repo.head_sha())
     agent = _agent(settings, workdir, config, backend, recorder, Progress(repo, recorder, settings.noise),
                    system, [first], on_text, sandbox=sandbox)
-    return _drive(agent, recorder)
+    return _drive(agent, recorder, surface=surface)
 
 
 def resume(settings: Settings, workdir: Path, session: str, listeners: list[Listener],
@@ -113,6 +115,7 @@ def _resume(settings, workdir, session, listeners, on_text, sandbox) -> Ending:
     recorder.emit("resume", from_turn=state.turn, pending_tool_calls=pending)
     repo = KernelRepo(workdir)
     repo.start_ledger()  # a workdir from before ledgers: adopt its commits before the agent runs again
+    surface = repo.git_exec_surface()
     progress = Progress(repo, recorder, settings.noise, _best_of(state, repo), state.attempts)
     agent = _agent(settings, workdir, config, backend, recorder, progress, state.system, state.messages, on_text,
                    turn=state.turn, usage=Usage(**{k: v for k, v in state.usage.items() if k in Usage.__dataclass_fields__}),
@@ -120,7 +123,7 @@ def _resume(settings, workdir, session, listeners, on_text, sandbox) -> Ending:
     last = agent.messages[-1] if agent.messages else {}
     if last.get("role") == "assistant" and not last.get("tool_calls"):
         agent.add_user_message(NUDGE)  # killed before the nudge that follows a reply without tool calls
-    return _drive(agent, recorder, pending)
+    return _drive(agent, recorder, pending, surface)
 
 
 def _resumed_settings(state: reader.SessionState, flags: Settings) -> Settings:
@@ -157,9 +160,11 @@ def _local_sandbox(device: str):
     return LocalSandbox(device)
 
 
-def _drive(agent: Agent, recorder: Recorder, pending: list[dict] | None = None) -> Ending:
-    """Run the loop and always record how it ended (also on Ctrl-C and on errors)."""
-    reason = "error"
+def _drive(agent: Agent, recorder: Recorder, pending: list[dict] | None = None,
+           surface: dict[str, str] | None = None) -> Ending:
+    """Run the loop and always record how it ended (also on Ctrl-C and on errors), with the
+    files in .git/ that run programs and changed during the session (surface: before)."""
+    reason, changed = "error", []
     try:
         if pending:
             from kernelsmith.backends.base import ToolCall
@@ -174,14 +179,16 @@ def _drive(agent: Agent, recorder: Recorder, pending: list[dict] | None = None) 
         recorder.emit("error", turn=agent.turn, message=str(err))
         raise
     finally:
-        _end(agent, recorder, reason)
-    return Ending(recorder.session_id, reason, agent.progress.best, agent.turn, agent.usage, agent.elapsed())
+        changed = agent.progress.repo.git_exec_changes(surface) if surface is not None else []
+        _end(agent, recorder, reason, changed)
+    return Ending(recorder.session_id, reason, agent.progress.best, agent.turn, agent.usage, agent.elapsed(), changed)
 
 
-def _end(agent: Agent, recorder: Recorder, reason: str) -> None:
+def _end(agent: Agent, recorder: Recorder, reason: str, git_changed: list[str]) -> None:
     best = agent.progress.best
     summary = {"best": best.__dict__ if best else None, "turns": agent.turn, "attempts": agent.progress.attempts,
-               "usage": agent.usage.to_dict(), "elapsed_s": round(agent.elapsed(), 1), "finish_summary": agent.summary}
+               "usage": agent.usage.to_dict(), "elapsed_s": round(agent.elapsed(), 1), "finish_summary": agent.summary,
+               "git_changed": git_changed}
     recorder.emit("session_end", turn=agent.turn, reason=reason, summary=summary)
     recorder.close()
 
