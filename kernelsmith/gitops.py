@@ -129,7 +129,7 @@ class SafeGit(git.cmd.Git):
     def __init__(self, root: Path, _working_dir=None):
         super().__init__(str(root))
         self.set_persistent_git_options(c=list(SAFE_CONFIG))
-        self.update_environment(**SAFE_ENV, GIT_WORK_TREE=str(root))
+        self.update_environment(**SAFE_ENV, GIT_WORK_TREE=str(Path(root).resolve()))
 
     def _call_process(self, method, *args, **kwargs):
         if method in _DIFFING:
@@ -344,7 +344,8 @@ class KernelRepo:
         if not self.ledger.is_legacy() or not self._has_head():
             return []
         fields = _US.join(["%H", "%T", "%P", "%s", "%ct", "%(trailers:only,unfold)", "%b"])
-        out = self.git.log("--all", f"--format={fields}{_RS}", "--")
+        # Branches, tags and our own refs; not --all, which would walk refs/replace/ too.
+        out = self.git.log("HEAD", "--branches", "--tags", "--glob=refs/kernelsmith/*", f"--format={fields}{_RS}", "--")
         entries = [e for e in map(_legacy_entry, filter(str.strip, out.split(_RS))) if e]
         accepted = self._accepted_ref()
         if accepted in {e["sha"] for e in entries if e["kind"] in KERNEL_KINDS}:

@@ -129,11 +129,14 @@ def test_ledger_lines_written_by_the_agent_do_not_count(root, tmp_path):
 def test_a_workdir_from_before_ledgers_keeps_its_commits_and_then_trusts_only_new_ones(root, tmp_path):
     old = genuine(root)
     KernelRepo(root).accept(old)
+    attempt = KernelRepo(root).snapshot_attempt("s1", 1)
     (root / ".kernelsmith" / "ledger.jsonl").unlink()  # as made by an earlier kernelsmith: no ledger ...
     shutil.rmtree(tmp_path / "config" / "kernelsmith" / "ledgers")  # ... and never a marker
     repo = KernelRepo(root)
     [listed] = repo.kernel_commits()
     assert listed["sha"] == old and listed["legacy"] and repo.accepted() == old
+    assert [a["sha"] for a in repo.attempts()] == [attempt]
+    assert json.loads(ks("log", root, "--json").stdout)["commits"][0]["legacy"] is True
 
     repo.save_user_changes("s2")  # the first session of this version adopts them, then the agent runs
     fake = forge(root)

@@ -141,6 +141,8 @@ class Ledger:
             return self.path.read_bytes().decode("utf-8", errors="replace").split("\n")
         except FileNotFoundError:
             return []
+        except OSError as err:
+            raise BadInput(f"cannot read the ledger {self.path}: {err.strerror}") from None
 
     def append(self, entries: list[dict]) -> None:
         """Sign and append entries (each one whole line, fsynced), and mark the workdir as kept."""
