@@ -134,7 +134,7 @@ def main() -> int:
         for name in names:
             start = time.perf_counter()
             result = evaluate(reference, write_candidate(Path(tmp), args.device, name),
-                              EvalOptions(device=args.device, min_runs=60))
+                              EvalOptions(device=args.device, min_runs=40, compile_baseline=False))
             got, wanted = verdict(result), ATTACKS[name][2]
             rows.append({"candidate": name, "expected": wanted, "verdict": got, "ok": got == wanted,
                          "speedup_vs_eager": result.speedup_vs_eager, "why": why(result), "jail": result.jail,
