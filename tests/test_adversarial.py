@@ -28,7 +28,8 @@ def test_honest_kernel_passes_and_is_profiled(candidate, run_eval):
     result = run_eval(candidate(HONEST), profile=True)
     assert result.clean, result.error
     assert result.correct and result.violations == []
-    assert len(result.trials) == 5 and all(t["ok"] for t in result.trials)
+    normal = [t for t in result.trials if t["stress"] is None]  # the stressed trials come on top
+    assert len(normal) == 5 and len(result.trials) > 5 and all(t["ok"] for t in result.trials)
     assert result.timings_ms["candidate"] > 0 and result.timings_ms["eager"] > 0
     assert result.speedup_vs_eager == pytest.approx(result.timings_ms["eager"] / result.timings_ms["candidate"])
     assert result.reward in (1.0, 2.0)
@@ -306,7 +307,7 @@ def test_lowered_precision_fails_fp32(candidate, run_eval):
             def forward(self, x):
                 return kernel("axpb_bf16", x, self.bias)
     '''))
-    rejected(result, "outside atol=0.0001")
+    rejected(result, "wrong output", "outside atol=")  # bf16 rounding: ~2e-3 of every element
 
 
 def test_global_precision_flags(candidate, run_eval):

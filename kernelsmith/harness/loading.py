@@ -39,8 +39,15 @@ def seeded_inputs(task, seed: int, device: str, precision: str) -> list:
 
 
 def init_inputs(task) -> list:
-    torch.manual_seed(0)
-    return list(task.get_init_inputs())
+    """get_init_inputs() under seed 0 (the same arguments in every process), without touching
+    the caller's random state: the seed a model is then constructed under is the caller's
+    (verify builds ModelNew under evaluation.seeds.construct_seed, never under 0)."""
+    cuda = torch.cuda.is_initialized()
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else []):
+        torch.random.default_generator.manual_seed(0)
+        if cuda:  # (torch.manual_seed would also queue a seed for a CUDA not initialised yet)
+            torch.cuda.manual_seed_all(0)
+        return list(task.get_init_inputs())
 
 
 def seeded_reference(task, seed: int, device: str, precision: str) -> torch.nn.Module:

@@ -6,19 +6,25 @@
    rebuilds the same inputs and weights from the seeds, runs the reference with
    TF32 off, and compares. The candidate never sees the reference outputs and
    cannot patch the process that computes or compares them.
+
+Trials are described by evaluation/seeds.py: the normal ones, then stressed ones whose
+floating inputs are scaled or shifted (stress_inputs). Both workers build a stressed trial's
+inputs the same way; the judge skips one where the reference itself is not finite (the stress
+took the task outside its domain) and judges the others with compare.STRESSED.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 import time
 from pathlib import Path
 
 import torch
 
+from kernelsmith.evaluation.seeds import construct_seed
 from kernelsmith.harness import compare as cmp
 from kernelsmith.harness import guards, loading, transfer
-
-CONSTRUCT_SEED_OFFSET = 7_919  # ModelNew is built under another seed than any trial's weights
 
 
 def device_sync(device: str):
@@ -40,12 +46,14 @@ def run_candidate(job: dict) -> dict:
     candidate_module = loading.load_module(job["candidate"], "ks_candidate")
     loading.require(candidate_module, "ModelNew")
     facts["stage"] = "construct"
-    torch.manual_seed(job["seeds"][0]["weights"] + CONSTRUCT_SEED_OFFSET)
+    # under a seed unlike any trial's weights: a ModelNew that keeps what it drew at construction
+    # (instead of the weights loaded into it) fails (init_inputs leaves this seed in place)
+    torch.manual_seed(construct_seed(job["seeds"]))
     model = candidate_module.ModelNew(*loading.init_inputs(task)).to(device)
     facts["stage"] = "trials"
     last_out_bytes, buffers = 0, None
     for i, seeds in enumerate(job["seeds"]):
-        buffers = reuse_buffers(buffers, loading.seeded_inputs(task, seeds["inputs"], device, precision))
+        buffers = reuse_buffers(buffers, trial_inputs(task, seeds, device, precision))
         trial = _candidate_trial(task, model, seeds, buffers, device, precision, sync, last_out_bytes)
         facts["trials"].append(trial)
         if trial.get("error"):
@@ -55,6 +63,33 @@ def run_candidate(job: dict) -> dict:
     facts["violations"] += process_guard.violations()
     facts["stage"] = "done"
     return facts
+
+
+def trial_inputs(task, seeds: dict, device: str, precision: str) -> list:
+    """One trial's inputs: get_inputs() under the trial's seed, stressed when the trial is."""
+    inputs = loading.seeded_inputs(task, seeds["inputs"], device, precision)
+    return stress_inputs(inputs, seeds["stress"]) if seeds.get("stress") else inputs
+
+
+@torch.no_grad()
+def stress_inputs(inputs: list, stress: dict) -> list:
+    """Every floating tensor input scaled by stress["scale"] and shifted by stress["shift_rms"]
+    times its RMS (the RMS rounded to a power of two, so that two workers whose float64 sums
+    differ in the last bit still add the same number). Integer and bool tensors (indices,
+    masks) and Python scalars are left alone. The result is computed in the input's dtype,
+    as the task would see such an input."""
+    out = []
+    for x in inputs:
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            out.append(x)
+            continue
+        y = x * stress["scale"] if stress["scale"] != 1.0 else x.clone()
+        if stress["shift_rms"] and x.numel():
+            rms = float(x.double().square().mean().sqrt())
+            if rms > 0 and math.isfinite(rms):
+                y += stress["shift_rms"] * 2.0 ** round(math.log2(rms))
+        out.append(y)
+    return out
 
 
 def reuse_buffers(buffers: list | None, fresh: list) -> list:
@@ -126,24 +161,66 @@ def judge(job: dict, facts: dict) -> dict:
     task = loading.load_module(job["reference"], "ks_reference")
     verdicts = []
     for i, (seeds, trial) in enumerate(zip(job["seeds"], facts["trials"])):
-        verdicts.append(_judge_trial(task, seeds, trial, Path(job["out_dir"]) / f"trial{i}.bin",
-                                     device, precision))
+        verdict = _judge_trial(task, seeds, trial, Path(job["out_dir"]) / f"trial{i}.bin", device, precision)
+        verdict["stress"] = (seeds.get("stress") or {}).get("name")
+        verdicts.append(verdict)
     return {"trials": verdicts}
 
 
 def _judge_trial(task, seeds, trial, saved: Path, device, precision) -> dict:
+    stress = seeds.get("stress")
     if trial.get("error"):
         return {"ok": False, "reason": trial["error"]}
     model = loading.seeded_reference(task, seeds["weights"], device, precision)
-    inputs = loading.seeded_inputs(task, seeds["inputs"], device, precision)
+    inputs = trial_inputs(task, seeds, device, precision)
     pristine = loading.clone_all(inputs)
     with torch.no_grad():
-        reference = guards.flatten_outputs(model(*inputs))
+        reference = [r.detach() for r in guards.flatten_outputs(model(*inputs))]
+    if stress and not _finite(reference):
+        # outside the task's domain (exp overflowed, a log of a negative): nothing to compare
+        why = f"skipped: the reference is not finite on stressed inputs ({stress['name']})"
+        return {"ok": None, "skipped": why, "reason": why, "violations": list(trial.get("violations", []))}
+    jittered = _jittered_reference(model, inputs, seeds["inputs"]) if stress else None
+    accurate = _accurate_reference(model, inputs) if precision in ("bf16", "fp16") and not stress else None
     candidate = transfer.load_outputs(saved)  # mapped; compare copies each to the device
-    verdict = cmp.compare_all(candidate, [r.detach() for r in reference], precision)
+    verdict = cmp.compare_all(candidate, reference, precision, stressed=bool(stress), jittered=jittered,
+                              accurate=accurate)
+    if stress and not verdict["ok"]:
+        verdict["reason"] = f"on stressed inputs ({stress['name']}): {verdict['reason']}"
     verdict["violations"] = list(trial.get("violations", []))
     if trial.get("aliases_input") and not guards.aliases_any(reference, inputs):
         verdict["violations"].append("output shares memory with an input (the reference returns new memory)")
     if trial.get("mutated_inputs") and not guards.mutated_inputs(inputs, pristine):
         verdict["violations"].append(f"forward wrote into input(s) {trial['mutated_inputs']}")
     return verdict
+
+
+@torch.no_grad()
+def _accurate_reference(model, inputs: list) -> list:
+    """bf16 and fp16 modes: the same function of the same (cast) weights and inputs, computed in
+    fp32 with TF32 off; eager at the half precision is judged by its distance from this too."""
+    wide = copy.deepcopy(model).float()
+    up = [x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    outputs = [o.detach() for o in guards.flatten_outputs(wide(*up))]
+    del wide
+    return outputs
+
+
+@torch.no_grad()
+def _jittered_reference(model, inputs: list, seed: int) -> list:
+    """The reference on the same inputs, every floating element moved by a relative
+    +-SENSITIVITY_JITTER: how far that moves the output tells how ill-conditioned the task is
+    at these (stressed) inputs, and widens what an honest kernel may differ by."""
+    moved = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            gen = torch.Generator(device=x.device).manual_seed((seed + i) % 2**62)
+            signs = torch.randint(0, 2, x.shape, generator=gen, device=x.device, dtype=x.dtype) * 2 - 1
+            x = x * (1 + cmp.SENSITIVITY_JITTER * signs)
+        moved.append(x)
+    return [o.detach() for o in guards.flatten_outputs(model(*moved))]
+
+
+def _finite(outputs: list) -> bool:
+    return all(bool(torch.isfinite(o).all()) for o in outputs
+               if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex()))
