@@ -4,8 +4,9 @@
 
 For each task: eager and torch.compile (default mode) timed three ways on the same inputs, in
 random order of task-contender pairs:
-  - v2: the harness's Clocks as harness version 2 used them (a device sync before the start event),
-  - v3: the harness's Clocks now (no sync before the start event: the host's launch overlaps the flush),
+  - v2: the harness's Clocks (a device sync before the start event; harness v3 keeps this),
+  - v3: the same without that sync (the host's launch overlaps the flush), the variant tried and dropped:
+    it lets side-stream work run before the start event,
   - do_bench: triton.testing.do_bench (its own 256 MB cache clear before each run, median).
 Every timer gets TF32 off, no_grad, an L2 flush before each run and the median of its runs. Prints
 a table of medians in ms and each harness timer's difference from do_bench.

@@ -3,13 +3,21 @@ ctypes, so no 60-second torch-extension build is needed for most tests)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import tempfile
 import textwrap
 import uuid
 from pathlib import Path
 
 import pytest
+
+# The test runner's parallel workers keep this machine busy by design: timings that look contended are
+# still credited (the notes say so); tests of the contention rule itself unset this.
+os.environ["KERNELSMITH_BUSY_OK"] = "1"
+# kernelsmith's key and trusted keys live in the user's config folder: never the real one in tests.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="ks-test-config-")
 
 from kernelsmith.evaluation.options import EvalOptions
 

@@ -95,7 +95,7 @@ def test_torch_fallback_that_starts_after_verification_is_caught(candidate, run_
 
 def test_profile_reports_spread_and_roofline_inputs(candidate, run_eval):
     result = run_eval(candidate(HONEST), profile=True, min_runs=20)
-    assert result.clean
+    assert result.clean, result.violations
     low, high = result.spread_ms["candidate"]
     assert low <= result.timings_ms["candidate"] <= high
     assert result.roofline["min_bytes"] == 2 * 64 * 256 * 4 + 256 * 4
@@ -318,10 +318,11 @@ def test_a_harness_timer_patched_from_inside_is_caught_by_the_parents_clock(cand
     assert any("parent's clock" in v for v in result.violations), result.violations
 
 
-def test_eager_slowed_in_the_candidates_process_earns_nothing(candidate, run_eval):
+def test_eager_slowed_in_the_candidates_process_earns_nothing(candidate, run_eval, monkeypatch):
     """The candidate makes the reference slower in its own process (the reference's class is not a
     module the identity checks watch): the credited eager comes from a clean process, and the
     disagreement with the live eager marks the result contended, with no speed-up reward."""
+    monkeypatch.delenv("KERNELSMITH_BUSY_OK", raising=False)
     result = run_eval(candidate('''
         import sys, time
         _model = sys.modules["ks_reference"].Model
@@ -340,3 +341,23 @@ def test_eager_slowed_in_the_candidates_process_earns_nothing(candidate, run_eva
     assert result.timings_ms["eager_live"] > 15 > result.timings_ms["eager"]
     assert result.contended and "clean process" in result.contended
     assert result.reward <= 1.0
+
+
+def test_a_wide_spread_means_a_busy_machine():
+    from kernelsmith.evaluation import checks
+
+    steady = {"median": 1.0, "p10": 0.95, "p90": 1.1}
+    assert checks.busy({"eager": steady, "candidate": steady}) == ""
+    reason = checks.busy({"eager": {"median": 1.0, "p10": 0.6, "p90": 1.9}, "candidate": steady})
+    assert "eager" in reason and "busy" in reason
+
+
+def test_the_parents_clock_check_allows_noise_and_catches_a_third():
+    from kernelsmith.evaluation import checks
+
+    host = {"candidate": [1.0] * 40, "eager": [2.0] * 40}
+    honest = {"candidate": [1.3 + 0.01 * (i % 5) for i in range(40)], "eager": [2.3 + 0.01 * (i % 3) for i in range(40)]}
+    assert checks.clock_disagreement({"batches": host, "batch_runs": 1}, honest) is None
+    faked = {"candidate": [3.3] * 40, "eager": honest["eager"]}  # it took 3 ms and reported 1
+    assert "parent's clock" in checks.clock_disagreement({"batches": host, "batch_runs": 1}, faked)
+    assert "do not match" in checks.clock_disagreement({"batches": host}, {"candidate": [1.0]})

@@ -9,6 +9,7 @@ or in one file that several sessions share: EvalOptions.cache_path; writes are l
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -149,7 +150,17 @@ def profile_step(reference: Path, candidate: Path, opts: EvalOptions, result: Ev
         baselines_start = time.perf_counter()
         apply_baselines(reference, opts, prof, result)
         result.seconds["baselines"] = runner.elapsed(baselines_start)
-    result.contended = result.contended or checks.busy(prof["timings"])
+    mark_contended(result, result.contended or checks.busy(prof["timings"]))
+
+
+def mark_contended(result: EvalResult, reason: str) -> None:
+    """Numbers from a contended machine earn no speed-up, unless the user said the machine is busy by
+    design (KERNELSMITH_BUSY_OK=1: a test runner's parallel workers); the notes keep the reason either way."""
+    result.contended = ""
+    if reason and os.environ.get("KERNELSMITH_BUSY_OK") == "1":
+        result.notes.append(f"contended, credited anyway (KERNELSMITH_BUSY_OK=1): {reason}")
+    elif reason:
+        result.contended = reason
 
 
 def _violation(result: EvalResult, problem: str | None) -> None:

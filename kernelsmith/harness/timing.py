@@ -20,28 +20,17 @@ from pathlib import Path
 import torch
 
 CPU_FLUSH_BYTES = 128 << 20
-HEAD_START_MS = 0.5  # GPU time before each timed run in which the host launches it
-
-
-def _cycles_for(ms: float, clocks: "Clocks") -> int:
-    """torch.cuda._sleep's argument (GPU clock cycles) for about ms milliseconds, measured once."""
-    probe = 1_000_000
-    start, end = clocks.event_cls(enable_timing=True), clocks.event_cls(enable_timing=True)
-    clocks.gpu_sleep(probe)  # once to warm up
-    clocks.record(start)
-    clocks.gpu_sleep(probe)
-    clocks.record(end)
-    clocks.synchronize()
-    per_ms = probe / max(clocks.elapsed(start, end), 1e-3)
-    return int(per_ms * ms)
 
 
 class Clocks:
     """Private references to every clock the harness reads, taken before the candidate is imported."""
 
-    def __init__(self, device: str, settle: bool = False):
+    def __init__(self, device: str, settle: bool = True):
         self.device = device
-        self.settle = settle  # harness v2: sync before the start event (the GPU idles while the host launches)
+        # settle: a device sync before the start event. Without it the flush queued before the call is still
+        # running when the host launches, which hides launch overhead as do_bench does, but lets work on a
+        # side stream that is not ordered after the start event run before the timed interval begins.
+        self.settle = settle
         self.perf_counter = time.perf_counter
         self.monotonic = time.monotonic
         self.sleep = time.sleep
@@ -50,8 +39,6 @@ class Clocks:
             self.elapsed = torch.cuda.Event.elapsed_time
             self.record = torch.cuda.Event.record
             self.synchronize = torch.cuda.synchronize
-            self.gpu_sleep = torch.cuda._sleep
-            self.head_start_cycles = 0 if settle else _cycles_for(HEAD_START_MS, self)
         else:
             self.synchronize = lambda: None
 
@@ -72,12 +59,6 @@ class Clocks:
         start, end, after = (self.event_cls(enable_timing=True) for _ in range(3))
         if self.settle:
             self.synchronize()
-        else:  # the GPU spins a while before the start event, so the host's launch overlaps that
-            self.gpu_sleep(self.head_start_cycles)
-        # No sync before the start event: the cache flush queued before this call is still running, and a
-        # head start follows it, so the host's launch of the first kernels (and torch.compile's guards and
-        # wrappers) happens while the GPU is busy instead of sitting inside the timed interval, as with
-        # triton's do_bench, whose runs are queued back to back.
         t0 = self.perf_counter()
         self.record(start)
         out = fn(*args)
@@ -92,9 +73,8 @@ class Clocks:
 class L2Flusher:
     """Writes a buffer larger than twice the last-level cache before each run."""
 
-    def __init__(self, device: str, settle: bool = False):
+    def __init__(self, device: str):
         self.device = device
-        self.settle = settle  # harness v2: sync before the start event (the GPU idles while the host launches)
         if device == "cuda":
             l2 = torch.cuda.get_device_properties(0).L2_cache_size or (50 << 20)
             nbytes = max(4 * l2, 256 << 20)

@@ -171,8 +171,9 @@ def test_illegal_memory_access_is_a_failed_attempt(task_dir):
     assert "illegal" in result.error.lower() or "crashed" in result.error.lower(), result.error
 
 
-def test_persisting_l2_window_is_reset_before_every_timed_run(task_dir, tmp_path):
+def test_persisting_l2_window_is_reset_before_every_timed_run(task_dir, tmp_path, monkeypatch):
     log = tmp_path / "limits.txt"
+    monkeypatch.setenv("KERNELSMITH_JAIL_WRITABLE", str(tmp_path))  # the jailed candidate writes its log there
     result = run(task_dir, f'''
         _rt = None
         import glob, os
