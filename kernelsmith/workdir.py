@@ -155,8 +155,11 @@ def _initial_commit(workdir: Path, task_name: str) -> None:
             cfg.set_value("user", "email", "kernelsmith@localhost")
     # git plumbing with an explicit cwd, not repo.index.add: GitPython's index methods chdir the
     # whole process, which breaks other threads (the bench creates workdirs in parallel)
-    repo.git.add("--", *workdir_files(workdir))
-    repo.git.commit("-q", "--no-verify", "-m", f"kernelsmith: new workdir for {task_name}\n\n"
+    from kernelsmith.gitops import SafeGit
+
+    git_safe = SafeGit(workdir)  # no hooks, fsmonitor or signing of the user's run on kernelsmith's commit
+    git_safe.add("--", *workdir_files(workdir))
+    git_safe.commit("-q", "--no-verify", "-m", f"kernelsmith: new workdir for {task_name}\n\n"
                     f"Kernelsmith-Harness: {HARNESS_VERSION}")
 
 
@@ -178,9 +181,11 @@ def workdir_files(workdir: Path) -> list[str]:
 
 
 def fixed_file_changes(workdir: Path, config: WorkdirConfig) -> list[str]:
-    """Violations for fixed infrastructure or the reference that no longer match the initial commit."""
+    """Violations for fixed infrastructure or the reference that no longer match the initial commit; the
+    reference's view is compared with the sealed copy's hash."""
     changed = []
-    for name, digest in (config.fixed or {}).items():
+    expected = {**(config.fixed or {}), **({"model.py": config.reference_sha256} if config.reference_sha256 else {})}
+    for name, digest in expected.items():
         path = Path(workdir) / name
         if not path.is_file() or _sha256(path) != digest:
             what = "the reference model.py" if name == "model.py" else f"fixed infrastructure file {name}"

@@ -88,3 +88,66 @@ def test_fixed_files_and_reference_are_guarded(tmp_path, source):
 ])
 def test_writable_paths(path, allowed):
     assert wd.is_writable(path) is allowed
+
+
+def test_the_reference_is_sealed_at_init(tmp_path, source):
+    root = tmp_path / "wd"
+    config = wd.create(source, root, "cpu")
+    sealed = wd.sealed_reference(root, config)
+    assert sealed.parent == root / ".kernelsmith" / "sealed" and sealed.read_text() == TASK
+    assert not os.access(sealed, os.W_OK) or os.geteuid() == 0  # read-only (root ignores the mode)
+    assert sealed.name == f"{config.reference_sha256}.py"
+
+
+def test_an_edited_view_and_config_still_evaluate_against_the_sealed_reference(tmp_path, source):
+    """An unjailed bash rewrites model.py and the hashes recorded for it: the sealed copy stays the
+    reference, and the edit is a violation."""
+    root = tmp_path / "wd"
+    wd.create(source, root, "cpu")
+    os.chmod(root / "model.py", 0o644)
+    tampered = TASK.replace("2.0", "0.0")
+    (root / "model.py").write_text(tampered)
+    path = root / ".kernelsmith" / "config.json"
+    data = json.loads(path.read_text())
+    data["fixed"]["model.py"] = wd._sha256(root / "model.py")
+    path.write_text(json.dumps(data))
+    config = wd.WorkdirConfig.load(root)
+    assert wd.sealed_reference(root, config).read_text() == TASK
+    assert any("reference model.py was modified" in c for c in wd.fixed_file_changes(root, config))
+
+
+def test_an_altered_sealed_copy_is_refused(tmp_path, source):
+    root = tmp_path / "wd"
+    config = wd.create(source, root, "cpu")
+    sealed = wd.sealed_reference(root, config)
+    os.chmod(sealed, 0o644)
+    sealed.write_text(TASK.replace("2.0", "0.0"))
+    with pytest.raises(BadInput, match="sealed reference"):
+        wd.sealed_reference(root, config)
+
+
+def test_a_workdir_from_before_sealing_is_sealed_from_its_recorded_hash(tmp_path, source):
+    root = tmp_path / "wd"
+    wd.create(source, root, "cpu")
+    path = root / ".kernelsmith" / "config.json"
+    data = json.loads(path.read_text())
+    del data["reference_sha256"]
+    path.write_text(json.dumps(data))
+    for sealed in (root / ".kernelsmith" / "sealed").iterdir():
+        os.chmod(sealed, 0o644)
+        sealed.unlink()
+    assert wd.sealed_reference(root, wd.WorkdirConfig.load(root)).read_text() == TASK
+
+
+def test_kernelsmiths_first_commit_runs_no_hook_of_the_user(tmp_path, source, monkeypatch):
+    hooks, marker = tmp_path / "hooks", tmp_path / "HOOK_RAN"
+    hooks.mkdir()
+    for name in ("pre-commit", "post-commit", "commit-msg"):
+        (hooks / name).write_text(f"#!/bin/sh\ntouch {marker}\n")
+        (hooks / name).chmod(0o755)
+    config = tmp_path / "gitconfig"
+    config.write_text(f"[core]\n\thooksPath = {hooks}\n[user]\n\tname = u\n\temail = u@x\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    wd.create(source, tmp_path / "wd", "cpu")
+    assert git.Repo(tmp_path / "wd").head.commit.message.startswith("kernelsmith: new workdir")
+    assert not marker.exists()
