@@ -92,7 +92,7 @@ def test_seeded_entry_has_the_sessions_key_and_is_used_without_measuring(tmp_pat
 
     reference = _workdir_reference(tmp_path, tasks)
     assert reference.read_bytes() != (tasks / "level1" / "1_axpb.py").read_bytes()
-    opts = EvalOptions(device="cpu", cache_path=out)
+    opts = EvalOptions(device="cpu", cache_path=out, compile_baseline=True)  # the seeded rows are compile baselines
     key = cache_key(task_key(reference, opts), GPU, TORCH)
     entries = json.loads(out.read_text())
     assert set(entries) == {"other|gpu|torch", key}  # merged into the existing file
@@ -102,7 +102,7 @@ def test_seeded_entry_has_the_sessions_key_and_is_used_without_measuring(tmp_pat
 
     result = _profiled_result(0.52)  # live eager within 10% of the row's 0.5 ms
     apply_baselines(reference, opts, _profile(0.52), result)
-    assert any(n.startswith("compile baselines from cache") and str(rows) in n for n in result.notes), result.notes
+    assert any(n.startswith("baselines from cache") and str(rows) in n for n in result.notes), result.notes
     assert "baselines" not in result.seconds
     assert result.timings_ms["compile"] == 0.3 and result.compile_mode == "max-autotune-no-cudagraphs"
     assert result.speedup_vs_compile == 0.3 / 0.2
@@ -114,13 +114,13 @@ def test_a_drifted_live_eager_remeasures_a_seeded_entry(tmp_path):
     out = tmp_path / "baselines.json"
     _seed(rows, tasks, out)
     reference = _workdir_reference(tmp_path, tasks)
-    opts = EvalOptions(device="cpu", cache_path=out, min_runs=3, min_seconds=0.01, seed=1)
+    opts = EvalOptions(device="cpu", cache_path=out, min_runs=3, min_seconds=0.01, seed=1, compile_baseline=True)
     key = cache_key(task_key(reference, opts), GPU, TORCH)
     assert json.loads(out.read_text())[key]["seeded_from"]
 
     result = _profiled_result(1.5)
     apply_baselines(reference, opts, _profile(1.5), result)
-    assert any(n.startswith("compile baselines re-measured") for n in result.notes), result.notes
+    assert any(n.startswith("baselines re-measured") for n in result.notes), result.notes
     entry = json.loads(out.read_text())[key]
     assert "seeded_from" not in entry and set(entry["compile_ms"]) == set(COMPILE_MODES)
     assert result.timings_ms["compile"] == min(entry["compile_ms"].values())

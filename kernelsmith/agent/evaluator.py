@@ -37,7 +37,9 @@ def format_eval(result: EvalResult, tool: str) -> str:
         lines += [f"violation: {v}" for v in result.violations if v not in result.error]
         return "\n".join(line for line in lines if line)
     errs = [t["max_abs_err"] for t in result.trials if t.get("max_abs_err") is not None]
-    lines = [f"CORRECT ({len(result.trials)} trials on fresh inputs and weights"
+    stressed = sum(1 for t in result.trials if t.get("stress"))
+    lines = [f"CORRECT ({len(result.trials) - stressed} trials on fresh inputs and weights"
+             + (f", {stressed} on stressed inputs" if stressed else "")
              + (f", max abs err {max(errs):.2g})" if errs else ")")]
     if result.timings_ms:
         t = result.timings_ms
@@ -45,6 +47,8 @@ def format_eval(result: EvalResult, tool: str) -> str:
                      f"compile {_ms(t.get('compile'))}" + (f" ({result.compile_mode})" if result.compile_mode else ""))
         lines.append(f"speed-up {_x(result.speedup_vs_eager)} vs eager, {_x(result.speedup_vs_compile)} vs "
                      f"compile; reward {result.reward:g}")
+        if result.contended:
+            lines.append(f"not credited as faster: {result.contended}")
         roof = result.roofline or {}
         if roof.get("pct_of_bandwidth") is not None:
             lines.append(f"roofline: {roof['pct_of_bandwidth']:.0f}% of memory bandwidth, "

@@ -14,6 +14,7 @@ from typing import Any
 from kernelsmith import HARNESS_VERSION
 from kernelsmith.agent.tools import Outcome
 from kernelsmith.backends.base import ToolCall
+from kernelsmith.errors import BadInput
 from kernelsmith.gitops import TRAILER_SESSION, KernelRepo
 from kernelsmith.session.recorder import Recorder
 
@@ -48,7 +49,10 @@ class Progress:
         self.recorder.emit("attempt", turn=turn, attempt=self.attempts, ref=self._ref(), sha=snap)
         self.recorder.emit("eval_result", turn=turn, tool=call.name, attempt=self.attempts, result=outcome.eval)
         if call.name != "compile" and outcome.ok and self._is_new_best(call.name, outcome.eval):
-            self._commit(outcome.eval, turn)
+            try:
+                self._commit(outcome.eval, turn)
+            except BadInput as err:  # e.g. a file over the size cap: the agent reads why and can fix it
+                outcome.content += f"\nnot committed: {err}"
         outcome.content += "\n" + self.best_line()
         return outcome
 

@@ -67,13 +67,18 @@ class BuiltinBackend:
 
     # --- phases: each returns (text, [(tool, arguments), ...]) ------------------------------------
 
+    def _reference(self):
+        """The sealed reference of a workdir (not its model.py view); a plain folder's model.py."""
+        from kernelsmith import workdir as wd
+
+        if not (self.workdir / wd.STATE_DIR / "config.json").is_file():
+            return self.workdir / "model.py"
+        return wd.sealed_reference(self.workdir, wd.WorkdirConfig.load(self.workdir))
+
     def _plan(self, results, turns_left):
         from kernelsmith.builtin import generate
 
-        from kernelsmith import workdir as wd
-
-        reference = wd.sealed_reference(self.workdir, wd.WorkdirConfig.load(self.workdir))  # not the view
-        built = generate.build_plan(reference, self.device, self.precision)
+        built = generate.build_plan(self._reference(), self.device, self.precision)
         if built.unsupported:
             return self._give_up("This task is outside what the built-in policy generates yet: "
                                  + "; ".join(built.unsupported))
