@@ -63,6 +63,12 @@ def kernel_sources(kernels_dir: Path, device: str) -> list[Path]:
     return files
 
 
+def has_kernels(kernels_dir: Path) -> bool:
+    """Whether a kernels/ folder holds anything to build: an empty one (the jail keeps the folder, so an
+    agent that moves to inline kernels can only empty it) means nothing to build, as a missing one."""
+    return kernels_dir.is_dir() and any(p.is_file() for p in kernels_dir.iterdir())
+
+
 def cuda_arch_list(allow_torch: bool = True) -> str | None:
     """Target architectures: TORCH_CUDA_ARCH_LIST if set, else the visible GPU (9.0 on an H200).
 

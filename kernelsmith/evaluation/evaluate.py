@@ -28,7 +28,7 @@ def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
         result.notes.append(jail.reduced_note(jail.status()))
     reference, candidate = Path(reference).resolve(), Path(candidate).resolve()
     kernels = candidate.parent / "kernels"
-    if kernels.is_dir() and not build_step(kernels, opts, result):
+    if build.has_kernels(kernels) and not build_step(kernels, opts, result):
         return finish(result, opts)
     if not verify_step(reference, candidate, opts, result):
         return finish(result, opts)

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from kernelsmith.evaluation import build_plan
 from kernelsmith.evaluation.options import EvalOptions
 from kernelsmith.evaluation.result import EvalResult
 
@@ -120,7 +121,7 @@ class SandboxEvaluator:
     def _evaluate(self, profile: bool) -> EvalResult:
         # Build on a CPU worker first, so the GPU worker's build is a cache hit and the GPU is
         # not held while nvcc runs.
-        if not (self.workdir / "kernels").is_dir():  # e.g. a candidate with inline kernels: nothing to build
+        if not build_plan.has_kernels(self.workdir / "kernels"):  # inline kernels, say: nothing to build
             return self.sandbox.evaluate_workdir(self.workdir, replace(self.opts, profile=profile))
         built = self.compile()
         if not built.get("ok"):

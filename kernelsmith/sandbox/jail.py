@@ -122,9 +122,11 @@ PRIVATE_TREES = ("/tmp", "/dev/shm")  # each jail gets empty ones
 
 
 def _private_tree_paths(extra: tuple[str, ...]) -> list[str]:
-    """What must stay visible under the private /tmp and /dev/shm: the given paths and this Python's
-    own (a virtual environment or a checkout under /tmp), outermost first, each once."""
-    wanted = [str(Path(p).resolve()) for p in (*extra, sys.prefix, *sys.path) if p and os.path.exists(p)]
+    """What must stay visible under the private /tmp and /dev/shm: the given paths, this Python's own (a
+    virtual environment or a checkout under /tmp) and KERNELSMITH_JAIL_READABLE=path:path (files a
+    candidate reads from there, shown read-only), outermost first, each once."""
+    shown = [p for p in os.environ.get("KERNELSMITH_JAIL_READABLE", "").split(":") if p]  # the user's own
+    wanted = [str(Path(p).resolve()) for p in (*extra, *shown, sys.prefix, *sys.path) if p and os.path.exists(p)]
     inside = sorted({p for p in wanted if any(p == t or p.startswith(t + "/") for t in PRIVATE_TREES)})
     return [p for i, p in enumerate(inside) if not any(p.startswith(q + "/") for q in inside[:i])]
 
