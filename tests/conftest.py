@@ -23,6 +23,13 @@ from kernelsmith.evaluation.options import EvalOptions
 
 from kernelsmith.evaluation.evaluate import evaluate
 
+@pytest.fixture(scope="session", autouse=True)
+def _tests_folders_readable_in_the_jail(tmp_path_factory):
+    """Tests keep their tasks, libraries and markers under pytest's temporary folder, which the jail's
+    private /tmp would hide: show it read-only (writes stay refused), as a user may with their paths."""
+    os.environ["KERNELSMITH_JAIL_READABLE"] = str(tmp_path_factory.getbasetemp())
+
+
 TASK = '''
 import torch
 import torch.nn as nn

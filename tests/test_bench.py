@@ -31,7 +31,7 @@ def task_set(tmp_path_factory, request):
         (root / "tasks" / level).mkdir(parents=True)
         (root / "tasks" / level / f"{name}.py").write_text(TASK)
     task_dir = request.getfixturevalue("task_dir")  # builds libaxpb.so
-    ENV["KERNELSMITH_JAIL_READABLE"] = str(task_dir)  # the candidate loads it from there, under the jail's private /tmp
+    ENV["KERNELSMITH_JAIL_READABLE"] = os.environ["KERNELSMITH_JAIL_READABLE"]  # conftest: pytest's folder, read-only
     candidate = (DATA / "model_new_ctypes.py").read_text().replace("LIBAXPB", str(task_dir / "libaxpb.so"))
     (root / "script.json").write_text(json.dumps([
         {"text": "inline kernel", "tool_calls": [

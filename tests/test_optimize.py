@@ -29,7 +29,8 @@ NO_KEYS = {k: v for k, v in os.environ.items()
 
 def ks(*args, env=None, cwd=None, timeout=900):
     return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                          env={**NO_KEYS, **(env or {})})
+                          env={**NO_KEYS, "KERNELSMITH_JAIL_READABLE": os.environ.get("KERNELSMITH_JAIL_READABLE", ""),
+                               **(env or {})})
 
 
 def json_events(proc) -> list[dict]:
