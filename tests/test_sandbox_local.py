@@ -102,8 +102,9 @@ def test_cuda_without_visible_gpus_refuses_readably(monkeypatch):
 # --- evaluations in real workers -------------------------------------------------------------
 
 
-def test_one_slot_runs_one_evaluation_at_a_time(task_dir, candidate, tmp_path):
+def test_one_slot_runs_one_evaluation_at_a_time(task_dir, candidate, tmp_path, monkeypatch):
     stamps = tmp_path / "stamps.txt"
+    monkeypatch.setenv("KERNELSMITH_JAIL_WRITABLE", str(tmp_path))  # the jailed candidates stamp their times there
     paths = [candidate(STAMP.format(path=str(stamps))) for _ in range(2)]
     with LocalSandbox("cpu") as sandbox:
         futures = [sandbox.submit_evaluate(opts=cpu_opts(), reference=task_dir / "model.py", candidate=p)

@@ -195,7 +195,7 @@ def worker_spec(job: dict, job_dir: str) -> JailSpec:
         kernels = Path(job["kernels_dir"])
         build_dir = build_plan.default_build_dir(kernels, job["device"])
         build_dir.mkdir(parents=True, exist_ok=True)
-        writable += [str(build_dir), _pch_dir()]
+        writable += [str(build_dir)] + ([_pch_dir()] if os.environ.get("KERNELSMITH_PCH", "1") != "0" else [])
         readable.append(str(kernels))
     else:
         readable += [str(Path(p).parent) for p in (job.get("reference"), job.get("candidate")) if p]
