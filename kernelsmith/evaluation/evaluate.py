@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kernelsmith.evaluation import build_plan as build, runner
 from kernelsmith.evaluation.result import EvalResult
-from kernelsmith.evaluation import checks
+from kernelsmith.evaluation import checks, linkage
 from kernelsmith.sandbox import jail
 from kernelsmith.evaluation.baselines import apply_baselines
 from kernelsmith.evaluation.options import EvalOptions, seed_for
@@ -64,6 +64,8 @@ def build_step(kernels: Path, opts: EvalOptions, result: EvalResult) -> bool:
     if not built["ok"]:
         result.build["log_tail"] = "\n".join(str(built.get("log", "")).splitlines()[-60:])
         result.reject("build failed:\n" + built["summary"], stage="build")
+    elif built.get("so_path") and (problem := linkage.violation(Path(built["so_path"]))):
+        result.violations.append(problem)  # read from the .so here, in the parent: no candidate code runs
     return built["ok"]
 
 
@@ -92,7 +94,7 @@ def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: Eva
 def _apply_verdicts(facts: dict, judged: dict, opts: EvalOptions, result: EvalResult) -> bool:
     trials = judged["trials"]
     result.trials = [{k: v for k, v in t.items() if k != "violations"} for t in trials]
-    result.violations = list(dict.fromkeys(facts.get("violations", []) +
+    result.violations = list(dict.fromkeys(result.violations + facts.get("violations", []) +
                                            [v for t in trials for v in t.get("violations", [])]))
     failure = _first_failure(trials, opts.trials)
     if failure:
