@@ -9,7 +9,7 @@ namespace at {
 class Tensor;
 namespace native { Tensor& add_out(const Tensor& a, const Tensor& b, Tensor& out); }
 namespace cuda { void* getCurrentCUDABlasHandle(); }
-namespace _ops { struct mm { static Tensor redispatch(unsigned long keys, const Tensor& a, const Tensor& b); }; }
+namespace _ops { struct mm { static Tensor& redispatch(unsigned long keys, const Tensor& a, const Tensor& b); }; }
 }
 extern "C" void* honest() { return at::cuda::getCurrentCUDABlasHandle(); }
 %s
