@@ -45,17 +45,12 @@ class InputPool:
         large = loading.nbytes(first) > LARGE_INPUT_BYTES  # big inputs defeat the L2 anyway: two sets
         self.slots = [first] + [loading.seeded_inputs(task, s, device, precision) for s in seeds[1:2 if large else None]]
         # Small inputs are rescaled from pristine copies; large ones in place (no second copy in
-        # GPU memory), where the product of the factors drifts by about 1e-3 * sqrt(runs).
+        # GPU memory), where the product of the factors drifts by about 5e-3 * sqrt(runs).
         self.sources = self.slots if large else [loading.clone_all(slot) for slot in self.slots]
         self.rng = random.Random(seeds[0])
         self.runs = 0
         self.factors = [1.0] * len(self.slots)
         self.last = (0, 1.0)
-        self.task, self.seeds, self.device, self.precision = task, seeds, device, precision
-
-    @property
-    def pristine(self) -> list:
-        return [loading.seeded_inputs(self.task, s, self.device, self.precision) for s in self.seeds[:len(self.slots)]]
 
     def next(self) -> list:
         k = self.runs % len(self.slots)
@@ -67,11 +62,6 @@ class InputPool:
             if isinstance(src, torch.Tensor) and src.is_floating_point():
                 torch.mul(src, scale, out=dst)
         return self.slots[k]
-
-    def rebuilt(self, k: int, factor: float) -> list:
-        """The inputs of a run that used set k with this factor, made afresh from the seeds."""
-        return [torch.mul(x, factor) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                for x in self.pristine[k]]
 
     def nbytes(self) -> int:
         return loading.nbytes(self.slots[0])
