@@ -30,6 +30,22 @@ def _tests_folders_readable_in_the_jail(tmp_path_factory):
     os.environ["KERNELSMITH_JAIL_READABLE"] = str(tmp_path_factory.getbasetemp())
 
 
+def live_processes_with(token: str) -> list[int]:
+    """Host PIDs of live (not zombie) processes whose command line holds token: a jailed process knows
+    only its own PID namespace's numbers, so tests find survivors by what they run."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or token.encode() not in (entry / "cmdline").read_bytes():
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
 TASK = '''
 import torch
 import torch.nn as nn

@@ -8,12 +8,11 @@ rules do not reject good kernels.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import time
 
 import pytest
 
-from conftest import HONEST
+from conftest import HONEST, live_processes_with
 
 
 def rejected(result, *words):
@@ -363,20 +362,6 @@ def test_exit_during_import(candidate, run_eval):
     rejected(result, "without an answer")
 
 
-def _processes_with(token: bytes) -> list[int]:
-    """Host PIDs whose command line holds token (a jailed process knows only its namespace's PIDs)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] if token in cmdline else "X"
-        except (OSError, IndexError):
-            continue
-        if state not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
-
-
 def test_escaped_daemon_is_killed(candidate, run_eval):
     """A double-forked, setsid daemon started at import outlives neither its worker nor the evaluation."""
     result = run_eval(candidate('''
@@ -392,7 +377,7 @@ def test_escaped_daemon_is_killed(candidate, run_eval):
                 return kernel("axpb", x, self.bias)
     '''))
     assert result.clean, result.error
-    survivors = _processes_with(b"600.0625")
+    survivors = live_processes_with("600.0625")
     for pid in survivors:
         os.kill(pid, 9)
     assert survivors == []

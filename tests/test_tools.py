@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TASK
+from conftest import TASK, live_processes_with
 from kernelsmith import workdir as wd
 from kernelsmith.sandbox import jail
 from kernelsmith.agent.tools import (MAX_OUTPUT, TOOL_NAMES, Outcome, Toolbox, clip, network_isolation,
@@ -463,23 +463,11 @@ def test_bash_hang_is_killed_at_the_timeout(tools):
     assert "killed" in out.content and "1.5 s" in out.content
 
 
-def _processes_with(token: str) -> list[int]:
-    """Host PIDs whose command line holds token (PIDs inside the jail's namespace mean nothing here)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and token.encode() in (entry / "cmdline").read_bytes() and _alive(int(entry.name)):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
 def _assert_none_with(token: str, within: float = 3.0) -> None:
     deadline = time.monotonic() + within
-    while _processes_with(token) and time.monotonic() < deadline:
+    while live_processes_with(token) and time.monotonic() < deadline:
         time.sleep(0.02)
-    survivors = _processes_with(token)
+    survivors = live_processes_with(token)
     for pid in survivors:  # our own strays: do not leave them behind
         os.kill(pid, signal.SIGKILL)
     assert survivors == [], f"processes {survivors} survived the bash tool"

@@ -12,8 +12,8 @@ import os
 import random
 import statistics
 
-MIN_SLACK_MS = 0.2  # per batch: the pipe round trip and scheduling jitter of two processes
-REL_SLACK = 0.15  # of the candidate's own batch time
+MIN_SLACK_MS = 0.2  # per run: the pipe round trip and scheduling jitter of two processes
+REL_SLACK = 0.15  # of the candidate's own run time
 SPREAD_BUSY = 0.5  # (p90 - p10) / median above this for eager means the machine was busy
 CHECKED_RUNS = 8  # timed runs whose outputs a trusted process recomputes
 
@@ -31,24 +31,23 @@ def _sigma(values: list[float]) -> float:
 
 
 def clock_disagreement(prof: dict, parent: dict[str, list[float]]) -> str | None:
-    """The worker's timers against the parent's clock. Each batch costs the parent the runs' in-process
-    host time plus the harness's own per-batch work, which is the same code for both contenders; so
+    """The worker's timers against the parent's clock. Each bracket costs the parent the run's in-process
+    host time plus the harness's own per-run work (the checksum, the pipe), the same code for both; so
     the candidate's extra beyond its reported time must match eager's within noise. A candidate that
     reports less time than it took, or does work after its timed window (an output that computes
     when read), shows up as extra time only it has."""
     reported = prof.get("batches") or {}
     if not parent or set(parent) != set(reported) or any(len(parent[n]) != len(reported[n]) for n in reported):
-        return "the profile worker's batches do not match what the parent's clock saw"
+        return "the profile worker's timed runs do not match what the parent's clock saw"
     cand = _overheads(reported["candidate"], parent["candidate"])
     eager = _overheads(reported["eager"], parent["eager"])
     extra = statistics.median(cand) - statistics.median(eager)
     noise = 5 * (_sigma(cand) + _sigma(eager)) / max(1, min(len(cand), len(eager))) ** 0.5
     slack = max(MIN_SLACK_MS, REL_SLACK * statistics.median(reported["candidate"])) + noise
     if extra > slack:
-        runs = prof.get("batch_runs", 1)
-        return (f"the candidate's timed runs took {extra / runs:.3g} ms longer each by the parent's clock "
-                f"than its process reported, beyond eager's (allowed {slack / runs:.3g} ms): a patched clock or "
-                "work done outside the timed window")
+        return (f"the candidate's timed runs took {extra:.3g} ms longer each by the parent's clock than its "
+                f"process reported, beyond eager's (allowed {slack:.3g} ms): a patched clock or work done "
+                "outside the timed window")
     return None
 
 

@@ -25,7 +25,6 @@ from kernelsmith.harness.timing import Clocks, L2Flusher, gpu_lock, summarize
 
 POOL_SETS = 4
 SCALE_JITTER = 5e-3  # each run's inputs are the set's times 1 +- this: a replayed output is off by ~1e-3
-BATCH_RUNS = 1  # timed runs of one contender per bracket of the parent's clock
 LARGE_INPUT_BYTES = 1 << 30
 WARMUP_CALLS = 3
 SPOT_CHECKS = 4
@@ -188,7 +187,7 @@ def run_profile(job: dict) -> dict:
         "timings": {name: summarize(s["device"]) for name, s in samples.items()},
         "host_timings": {name: summarize(s["host"]) for name, s in samples.items()},
         "batches": {name: s["host"] for name, s in samples.items()},  # what each bracket of the parent's clock held
-        "batch_runs": BATCH_RUNS, "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(),
         "checksums": sums.runs, "pool_seeds": _seeds(job),
         "warmup_s": warm_s, "violations": violations, "spot_checks": checks.done,
         "roofline": roofline.measure(reference, pool.sources[0], device, precision),
