@@ -413,3 +413,31 @@ def test_concurrent_jobs_do_not_kill_each_other(candidate, run_eval):
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(lambda _: run_eval(path), range(3)))
     assert all(r.clean for r in results), [r.error for r in results]
+
+
+def test_torchs_compiler_loaded_by_the_candidate_is_a_violation(candidate, run_eval):
+    """Compiled code from torch's own compiler (here its code cache, what loading AOTInductor or
+    Inductor output needs) is not the candidate's kernel, even when its answer is right."""
+    result = run_eval(candidate('''
+        import torch._inductor.codecache  # noqa: F401
+
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb", x, self.bias)
+    '''))
+    assert not result.clean and result.reward == -1
+    assert any("torch._inductor.codecache" in v for v in result.violations), result.violations
+
+
+def test_an_output_in_memory_torch_did_not_allocate_is_refused(candidate, run_eval):
+    """A result kept in a buffer of the candidate's own (frombuffer), the same memory every call."""
+    result = run_eval(candidate('''
+        class ModelNew(Base):
+            def forward(self, x):
+                buf = bytearray(x.numel() * 4)
+                out = torch.frombuffer(buf, dtype=torch.float32).view(x.shape)
+                _lib.axpb(_ptr(x), _ptr(self.bias), _ptr(out), x.shape[0], x.shape[1])
+                return out
+    '''))
+    assert not result.correct
+    assert "torch's own resizable memory" in result.error
