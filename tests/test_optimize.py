@@ -27,10 +27,12 @@ NO_KEYS = {k: v for k, v in os.environ.items()
            and not k.startswith("KERNELSMITH_")}
 
 
+SET_BY_CONFTEST = ("KERNELSMITH_JAIL_READABLE", "KERNELSMITH_BUSY_OK")  # NO_KEYS drops KERNELSMITH_*
+
+
 def ks(*args, env=None, cwd=None, timeout=900):
     return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                          env={**NO_KEYS, "KERNELSMITH_JAIL_READABLE": os.environ.get("KERNELSMITH_JAIL_READABLE", ""),
-                               **(env or {})})
+                          env={**NO_KEYS, **{k: os.environ.get(k, "") for k in SET_BY_CONFTEST}, **(env or {})})
 
 
 def json_events(proc) -> list[dict]:
