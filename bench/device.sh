@@ -88,21 +88,26 @@ case "$STEP" in
   baselines-autotune)  # levels 1 and 3 with max-autotune-no-cudagraphs too (several calls; pass earlier outputs)
     timeout 570 python3 bench/baselines.py $KB/level1 $KB/level3 --workers 2 --deadline 480 --timeout 300 \
       --previous $R/baselines_run1.jsonl "$@" --out "$OUT" 2>&1 | grep -v '^|' | tail -30 ;;
-  harness-v3)  # harness v3 on the GPU, about 9 min: the red team, the GPU harness tests, v2 against v3 on three dev
-               # tasks, the baseline timers against do_bench. Carry .dev (bubblewrap's .deb, a v2 tree from
-               # `git archive b3ad26b kernelsmith skills prompts pyproject.toml`, kernelbench) and .whl.
+  harness-v3|harness-v3-versions)
+               # harness v3 on the GPU in two calls of about 8 min. harness-v3: the GPU harness tests, then the red
+               # team (one kernels/ build shared by its candidates). harness-v3-versions: v2 against v3 on three dev
+               # tasks (cold and warm), the baseline timers against do_bench. Carry .dev (bubblewrap's .deb, a v2
+               # tree from `git archive b3ad26b kernelsmith skills prompts pyproject.toml`, kernelbench) and .whl.
     command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
     K=.dev/kernelbench; C=bench/candidates
-    cp $K/level1/21_Sigmoid.py $C/level1_21_Sigmoid/model.py; cp $K/level1/89_cumsum.py $C/level1_89_cumsum/model.py
-    cp $K/level2/45_Gemm_Sigmoid_LogSumExp.py $C/level2_45_Gemm_Sigmoid_LogSumExp/model.py
-    timeout 150 python3 bench/redteam.py --device cuda --out "$OUT" 2>&1 | grep -v Warn | tee "$OUT/redteam.log" | tail -9
-    timeout 150 python3 -m pytest tests/gpu/test_gpu_harness.py -q -rA -p no:cacheprovider --timeout 100 2>&1 \
-      | tee "$OUT/gpu_tests.log" | grep -E "PASS|FAIL|ERROR|passed|failed" | tail -12
-    timeout 160 python3 bench/harness_versions.py --v2 .dev/v2 $(for t in level1_21_Sigmoid level1_89_cumsum \
-      level2_45_Gemm_Sigmoid_LogSumExp; do printf '%s ' "$C/$t/model.py:$C/$t/model_new.py"; done) --out "$OUT" 2>&1 \
-      | grep -v Warn | tee "$OUT/versions.log" | tail -12
-    timeout 90 python3 bench/timer_agreement.py $K/level1/21_Sigmoid.py $K/level1/89_cumsum.py \
-      $K/level2/45_Gemm_Sigmoid_LogSumExp.py --out "$OUT" 2>&1 | grep -v Warn | tee "$OUT/timer.log" | tail -7 ;;
-  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
+    if [ "$STEP" = harness-v3 ]; then
+      timeout 330 python3 -m pytest tests/gpu/test_gpu_harness.py -q -rA -p no:cacheprovider --timeout 240 \
+        > "$OUT/gpu_tests.log" 2>&1; grep -E "^(PASSED|FAILED|ERROR)|passed|failed|^E " "$OUT/gpu_tests.log" | cut -c1-240 | tail -30
+      timeout 220 python3 bench/redteam.py --device cuda --out "$OUT" > "$OUT/redteam.log" 2>&1; grep -v Warn "$OUT/redteam.log" | tail -9
+    else
+      cp $K/level1/21_Sigmoid.py $C/level1_21_Sigmoid/model.py; cp $K/level1/89_cumsum.py $C/level1_89_cumsum/model.py
+      cp $K/level2/45_Gemm_Sigmoid_LogSumExp.py $C/level2_45_Gemm_Sigmoid_LogSumExp/model.py
+      timeout 420 python3 bench/harness_versions.py --v2 .dev/v2 $(for t in level1_21_Sigmoid level1_89_cumsum \
+        level2_45_Gemm_Sigmoid_LogSumExp; do printf '%s ' "$C/$t/model.py:$C/$t/model_new.py"; done) --out "$OUT" \
+        > "$OUT/versions.log" 2>&1; grep -v Warn "$OUT/versions.log" | tail -12
+      timeout 90 python3 bench/timer_agreement.py $K/level1/21_Sigmoid.py $K/level1/89_cumsum.py \
+        $K/level2/45_Gemm_Sigmoid_LogSumExp.py --out "$OUT" 2>&1 | grep -v Warn | tee "$OUT/timer.log" | tail -7
+    fi ;;
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|harness-v3-versions|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
      exit 2 ;;
 esac

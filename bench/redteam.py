@@ -103,12 +103,13 @@ def _timed():
 
 
 def write_candidate(folder: Path, device: str, name: str) -> Path:
+    """NAME's model_new as folder/<name>.py; all candidates share folder/kernels/, so one build serves all."""
     prelude, body, _ = ATTACKS[name]
-    target = folder / name
-    target.mkdir(parents=True)
-    shutil.copytree(EXAMPLE / device / "kernels", target / "kernels")
-    (target / "model_new.py").write_text(HEADER + textwrap.dedent(prelude) + MODEL.format(body=body))
-    return target / "model_new.py"
+    if not (folder / "kernels").is_dir():
+        shutil.copytree(EXAMPLE / device / "kernels", folder / "kernels")
+    target = folder / (name.replace("-", "_") + ".py")
+    target.write_text(HEADER + textwrap.dedent(prelude) + MODEL.format(body=body))
+    return target
 
 
 def verdict(result) -> str:

@@ -1,8 +1,8 @@
 """The harness on a real GPU: honest kernels pass, GPU-only hacks are caught. Run on the device.
 
-Candidates use CuPy RawModule kernels (compiled by NVRTC in a second) so the
-tests stay fast; the torch-extension path is covered by the examples' CUDA
-candidates and by an init -> compile -> verify workdir.
+The candidates share one torch extension (kernels/ beside them, built once per
+module); harness v3 refuses CuPy and other compute libraries inside a candidate.
+The examples' CUDA candidates and an init -> compile -> verify workdir follow.
 """
 
 from __future__ import annotations
@@ -66,40 +66,120 @@ def get_init_inputs():
     return []
 '''
 
-PRELUDE = r'''
-import ctypes
-import cupy as cp
-import torch
-import torch.nn as nn
+# The candidates' kernels: one torch extension built once for the module (harness v3 refuses
+# CuPy and other compute libraries inside a candidate, so the kernels go through kernels/ as a
+# user's would). Every attack is a launch mode of the same extension.
+KERNELS_CU = r"""
+#include <cuda_runtime.h>
+#include <stdint.h>
 
-_SRC = r"""
-extern "C" __global__ void axpb(const float* x, const float* b, float* y, long long rows, long long n) {
+__global__ void axpb(const float* x, const float* b, float* y, long long rows, long long n) {
   long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (i < rows * n) y[i] = x[i] * 2.0f + b[i % n];
 }
-extern "C" __global__ void axpb_slow(const float* x, const float* b, float* y, long long rows, long long n) {
+__global__ void axpb_slow(const float* x, const float* b, float* y, long long rows, long long n) {
   long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (i >= rows * n) return;
   float v = x[i];
   for (int k = 0; k < 2000; ++k) v = v * 1.0000001f;
   y[i] = x[i] * 2.0f + b[i % n] + (v - v);
 }
-extern "C" __global__ void axpb_oob(const float* x, const float* b, float* y, long long rows, long long n) {
+__global__ void axpb_oob(const float* x, const float* b, float* y, long long rows, long long n) {
   long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   y[i + (1LL << 36)] = 1.0f;
 }
+
+// mode 0: honest; 1: slow kernel on a side stream of its own; 2: out-of-bounds write
+extern "C" int axpb_launch(const float* x, const float* b, float* y, long long rows, long long n, int mode,
+                           cudaStream_t stream) {
+  static cudaStream_t side = nullptr;
+  const long long total = rows * n;
+  const unsigned blocks = (unsigned)((total + 255) / 256);
+  if (mode == 1) {
+    if (!side) cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+    axpb_slow<<<blocks, 256, 0, side>>>(x, b, y, rows, n);
+  } else if (mode == 2) {
+    axpb_oob<<<blocks, 256, 0, stream>>>(x, b, y, rows, n);
+  } else {
+    axpb<<<blocks, 256, 0, stream>>>(x, b, y, rows, n);
+  }
+  return (int)cudaGetLastError();
+}
+
+// Rounds to TF32 (10 mantissa bits, to nearest) before each product: what a TF32 tensor-core
+// GEMM does to fp32 operands, without touching any of torch's math-mode flags.
+__device__ __forceinline__ float tf32(float v) {
+  return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u);
+}
+__global__ void matmul_tf32(const float* a, const float* b, float* c, int m, int k, int n) {
+  __shared__ float as[16][16], bs[16][16];
+  int row = blockIdx.y * 16 + threadIdx.y, col = blockIdx.x * 16 + threadIdx.x;
+  float acc = 0.0f;
+  for (int t = 0; t < k; t += 16) {
+    as[threadIdx.y][threadIdx.x] = (row < m && t + threadIdx.x < k) ? tf32(a[row * (long long)k + t + threadIdx.x]) : 0.0f;
+    bs[threadIdx.y][threadIdx.x] = (col < n && t + threadIdx.y < k) ? tf32(b[(t + threadIdx.y) * (long long)n + col]) : 0.0f;
+    __syncthreads();
+    for (int j = 0; j < 16; ++j) acc += as[threadIdx.y][j] * bs[j][threadIdx.x];
+    __syncthreads();
+  }
+  if (row < m && col < n) c[row * (long long)n + col] = acc;
+}
+extern "C" int matmul_tf32_launch(const float* a, const float* b, float* c, int m, int k, int n, cudaStream_t stream) {
+  dim3 grid((n + 15) / 16, (m + 15) / 16), block(16, 16);
+  matmul_tf32<<<grid, block, 0, stream>>>(a, b, c, m, k, n);
+  return (int)cudaGetLastError();
+}
+
+// The persisting-L2 carve-out: returns the limit it found, then asks for `bytes`.
+extern "C" long long persisting_l2_swap(long long bytes) {
+  size_t value = 0;
+  cudaDeviceGetLimit(&value, cudaLimitPersistingL2CacheSize);
+  cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, (size_t)bytes);
+  return (long long)value;
+}
 """
-_mod = cp.RawModule(code=_SRC)
 
+KERNELS_BINDING = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_runtime.h>
 
-def launch(name, x, bias, stream=None):
-    y = torch.empty_like(x)
-    n = x.numel()
-    args = (cp.asarray(x.detach()), cp.asarray(bias.detach()), cp.asarray(y), cp.int64(x.shape[0]), cp.int64(x.shape[1]))
-    stream = stream or cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-    with stream:
-        _mod.get_function(name)(((n + 255) // 256,), (256,), args)
-    return y
+#include "binding_registry.h"
+
+extern "C" int axpb_launch(const float*, const float*, float*, long long, long long, int, cudaStream_t);
+extern "C" int matmul_tf32_launch(const float*, const float*, float*, int, int, int, cudaStream_t);
+extern "C" long long persisting_l2_swap(long long);
+
+torch::Tensor axpb(torch::Tensor x, torch::Tensor b, int64_t mode) {
+  auto y = torch::empty_like(x);
+  int status = axpb_launch(x.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(), x.size(0), x.size(1),
+                           (int)mode, at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(status == 0, "axpb: ", cudaGetErrorString((cudaError_t)status));
+  return y;
+}
+
+torch::Tensor matmul_tf32(torch::Tensor a, torch::Tensor b) {
+  auto c = torch::empty({a.size(0), b.size(1)}, a.options());
+  int status = matmul_tf32_launch(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), (int)a.size(0),
+                                  (int)a.size(1), (int)b.size(1), at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(status == 0, "matmul_tf32: ", cudaGetErrorString((cudaError_t)status));
+  return c;
+}
+
+int64_t persisting_l2(int64_t bytes) { return persisting_l2_swap(bytes); }
+
+REGISTER_BINDING(axpb, axpb);
+REGISTER_BINDING(matmul_tf32, matmul_tf32);
+REGISTER_BINDING(persisting_l2, persisting_l2);
+"""
+
+PRELUDE = r'''
+import torch
+import torch.nn as nn
+from kernelsmith.ext import load_kernels
+
+ext = load_kernels()
+HONEST, SIDE_STREAM, OUT_OF_BOUNDS = 0, 1, 2
 
 
 class Base(nn.Module):
@@ -114,6 +194,9 @@ def task_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("gputask")
     (root / "model.py").write_text(TASK)
     (root / "matmul.py").write_text(MATMUL_TASK)
+    (root / "kernels").mkdir()
+    (root / "kernels" / "axpb.cu").write_text(KERNELS_CU)
+    (root / "kernels" / "axpb_binding.cpp").write_text(KERNELS_BINDING)
     return root
 
 
@@ -133,7 +216,7 @@ def run(task_dir, body, reference="model.py", **opts):
 HONEST = '''
 class ModelNew(Base):
     def forward(self, x):
-        return launch("axpb", x, self.bias)
+        return ext.axpb(x, self.bias, HONEST)
 '''
 
 
@@ -151,11 +234,9 @@ def test_honest_cuda_kernel_with_compile_baselines(task_dir):
 
 def test_work_on_a_side_stream_is_caught(task_dir):
     result = run(task_dir, '''
-        _side = cp.cuda.Stream(non_blocking=True)
-
         class ModelNew(Base):
             def forward(self, x):
-                return launch("axpb_slow", x, self.bias, stream=_side)
+                return ext.axpb(x, self.bias, SIDE_STREAM)
     ''')
     assert not result.clean
     assert any("outside the timed stream" in v for v in result.violations), result.violations
@@ -165,7 +246,7 @@ def test_illegal_memory_access_is_a_failed_attempt(task_dir):
     result = run(task_dir, '''
         class ModelNew(Base):
             def forward(self, x):
-                return launch("axpb_oob", x, self.bias)
+                return ext.axpb(x, self.bias, OUT_OF_BOUNDS)
     ''')
     assert not result.correct and result.reward == -1
     assert "illegal" in result.error.lower() or "crashed" in result.error.lower(), result.error
@@ -175,29 +256,11 @@ def test_persisting_l2_window_is_reset_before_every_timed_run(task_dir, tmp_path
     log = tmp_path / "limits.txt"
     monkeypatch.setenv("KERNELSMITH_JAIL_WRITABLE", str(tmp_path))  # the jailed candidate writes its log there
     result = run(task_dir, f'''
-        _rt = None
-        import glob, os
-        for _name in glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libcudart*")) + \\
-                glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "cu*", "lib", "libcudart.so*")) + \\
-                ["libcudart.so", "libcudart.so.13"]:
-            try:
-                _rt = ctypes.CDLL(_name)
-                break
-            except OSError:
-                pass
-        _LIMIT = 0x06
-
-        def _limit():
-            value = ctypes.c_size_t(0)
-            _rt.cudaDeviceGetLimit(ctypes.byref(value), _LIMIT)
-            return value.value
-
         class ModelNew(Base):
             def forward(self, x):
                 with open({str(log)!r}, "a") as f:
-                    f.write(str(_limit()) + "\\n")
-                _rt.cudaDeviceSetLimit(_LIMIT, ctypes.c_size_t(16 << 20))  # ask for a persisting carve-out
-                return launch("axpb", x, self.bias)
+                    f.write(str(ext.persisting_l2(16 << 20)) + "\\n")  # what it found; asks for a carve-out
+                return ext.axpb(x, self.bias, HONEST)
     ''', profile=True)
     assert result.clean, result.error
     reads = [int(v) for v in log.read_text().split()]
@@ -207,16 +270,9 @@ def test_persisting_l2_window_is_reset_before_every_timed_run(task_dir, tmp_path
 
 def test_tf32_matmul_fails_fp32_and_passes_explicit_tf32(task_dir):
     body = '''
-        import os
-        os.environ["CUPY_TF32"] = "1"
-
         class ModelNew(nn.Module):
             def forward(self, a, b):
-                out = torch.empty(a.shape[0], b.shape[1], device=a.device)
-                stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-                with stream:
-                    cp.matmul(cp.asarray(a), cp.asarray(b), out=cp.asarray(out))
-                return out
+                return ext.matmul_tf32(a, b)
     '''
     strict = run(task_dir, body, reference="matmul.py", profile=False)
     assert not strict.correct and ("outside atol=" in strict.error or "relative L2" in strict.error), strict.error
