@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 import threading
+
+import pytest
 from pathlib import Path
 
 from conftest import TASK
@@ -173,3 +175,43 @@ def test_bench_sessions_share_out_baselines_json(tmp_path, monkeypatch):
     monkeypatch.delenv("KERNELSMITH_BASELINES_CACHE")
     (tmp_path / "kernelsmith.toml").write_text('baselines-cache = "from-toml.json"\n')
     assert load_settings({}, [tmp_path]).baselines_cache == "from-toml.json"
+
+
+def _cached_task(tmp_path: Path, eager_ms: float):
+    """A workdir reference with a cached clean eager of eager_ms (no compile modes), and its options."""
+    rows, tasks = _rows_and_tasks(tmp_path, eager_ms=eager_ms)
+    reference = _workdir_reference(tmp_path, tasks)
+    opts = EvalOptions(device="cpu", cache_path=tmp_path / "baselines.json", compile_baseline=False)
+    key = cache_key(task_key(reference, opts), GPU, TORCH)
+    update_cache(opts.cache_path, key, {"eager_ms": eager_ms, "compile_ms": {}})
+    return reference, opts
+
+
+def test_a_live_eager_slower_than_the_clean_one_is_credited_at_the_clean_eager(tmp_path, monkeypatch):
+    """The candidate's process is the slower place (or the candidate slowed eager there): the clean eager
+    is credited, so the speed-up is the candidate's own, the cache is kept, and credit is not withheld."""
+    from kernelsmith.evaluation import baselines
+
+    reference, opts = _cached_task(tmp_path, eager_ms=0.5)
+    monkeypatch.setattr(baselines, "measure_baselines", lambda *a: pytest.fail("the cache should have been used"))
+    result = _profiled_result(0.65)
+    apply_baselines(reference, opts, _profile(0.65), result)
+    assert not result.contended
+    assert result.speedup_vs_eager == 0.5 / 0.2 and result.timings_ms["eager_live"] == 0.65
+    assert any("understated" in n for n in result.notes), result.notes
+
+
+def test_a_clean_eager_slower_than_the_live_one_is_remeasured_then_contended(tmp_path, monkeypatch):
+    """A clean eager measured on a busy machine would inflate every speed-up: the cached entry is not
+    trusted, and when the fresh measurement is still slower than the live eager the result is contended."""
+    from kernelsmith.evaluation import baselines
+
+    reference, opts = _cached_task(tmp_path, eager_ms=0.9)
+    fresh = []
+    monkeypatch.setattr(baselines, "measure_baselines",
+                        lambda *a: fresh.append(1) or {"eager_ms": 0.8, "compile_ms": {}, "warmup_s": {}})
+    result = _profiled_result(0.5)
+    apply_baselines(reference, opts, _profile(0.5), result)
+    assert fresh == [1] and any(n.startswith("baselines re-measured") for n in result.notes)
+    assert "busy" in result.contended and "clean process" in result.contended
+    assert json.loads(opts.cache_path.read_text())[cache_key(task_key(reference, opts), GPU, TORCH)]["eager_ms"] == 0.8

@@ -155,7 +155,8 @@ def test_compile_baselines_are_measured_once_then_cached(candidate, run_eval, tm
     assert any("from cache" in note for note in cached.notes), cached.notes
     assert cached.timings_ms["compile"] == first.timings_ms["compile"]
     # when live eager has moved further than allowed, the cached entry is not trusted
-    stale = run_eval(path, profile=True, compile_baseline=True, cache_path=cache, min_runs=20, eager_drift=0.0)
+    stale = run_eval(path, profile=True, compile_baseline=True, cache_path=cache, min_runs=20, eager_drift=0.0,
+                     live_slowdown=0.0)
     assert any("re-measured" in note for note in stale.notes), stale.notes
     assert stale.timings_ms["compile:default"] > 0
 
@@ -320,8 +321,8 @@ def test_a_harness_timer_patched_from_inside_is_caught_by_the_parents_clock(cand
 
 def test_eager_slowed_in_the_candidates_process_earns_nothing(candidate, run_eval, monkeypatch):
     """The candidate makes the reference slower in its own process (the reference's class is not a
-    module the identity checks watch): the credited eager comes from a clean process, and the
-    disagreement with the live eager marks the result contended, with no speed-up reward."""
+    module the identity checks watch): the credited eager comes from a clean process, so its speed-up
+    is its kernel's own, not the 20 ms it added to eager."""
     monkeypatch.delenv("KERNELSMITH_BUSY_OK", raising=False)
     result = run_eval(candidate('''
         import sys, time
@@ -338,9 +339,11 @@ def test_eager_slowed_in_the_candidates_process_earns_nothing(candidate, run_eva
             def forward(self, x):
                 return kernel("axpb", x, self.bias)
     '''), profile=True, min_runs=20)
-    assert result.timings_ms["eager_live"] > 15 > result.timings_ms["eager"]
-    assert result.contended and "clean process" in result.contended
-    assert result.reward <= 1.0
+    assert result.timings_ms["eager_live"] > 15 and result.timings_ms["eager"] < 1.5
+    assert result.speedup_vs_eager == pytest.approx(result.timings_ms["eager"] / result.timings_ms["candidate"])
+    # eager on 64x256 takes microseconds; the 20 ms sleep is at least 15x that, and none of it is credited
+    assert result.speedup_vs_eager * 10 < result.timings_ms["eager_live"] / result.timings_ms["candidate"]
+    assert any("clean process" in n for n in result.notes), result.notes
 
 
 def test_a_wide_spread_means_a_busy_machine():

@@ -48,14 +48,15 @@ def baseline_modes(opts: EvalOptions) -> tuple[str, ...]:
 def apply_baselines(reference: Path, opts: EvalOptions, prof: dict, result: EvalResult) -> None:
     """Eager (and torch.compile, when asked) from a process that never loaded candidate code, cached.
 
-    The eager that is credited is the clean one; the live eager timed beside the candidate must agree
-    with it within the drift, after one re-measurement, or the result is marked contended and earns no
-    speed-up (a candidate that slows eager down in its own process, or a busy machine)."""
+    The eager that is credited is the clean one, so a candidate that slows eager down in its own process
+    gains nothing. The live eager timed beside the candidate guards the clean one: a clean eager slower
+    than it by more than the drift, after one re-measurement, means the baselines were taken on a busy
+    machine, and the result is marked contended (no speed-up reward)."""
     cache_path = opts.cache_path or default_cache_path(reference)
     key = cache_key(task_key(reference, opts), prof.get("gpu"), prof.get("torch"))
     entry, fresh = build.read_json(cache_path).get(key), False
     live_eager = prof["timings"]["eager"]["median"]
-    if entry is not None and _drifted(entry, live_eager, opts):
+    if entry is not None and (_inflated(entry, live_eager, opts) or _stale(entry, live_eager, opts)):
         result.notes.append(f"baselines re-measured: live eager {live_eager:.4g} ms, cached eager {entry['eager_ms']:.4g} ms")
         entry = None
     if entry is None:
@@ -66,22 +67,32 @@ def apply_baselines(reference: Path, opts: EvalOptions, prof: dict, result: Eval
         update_cache(cache_path, key, entry)
     else:
         seeded = f", seeded from {entry['seeded_from']}" if entry.get("seeded_from") else ""
-        result.notes.append(f"baselines from cache (live eager within {opts.eager_drift:.0%} of the cached{seeded})")
+        result.notes.append(f"baselines from cache (live eager agrees with the cached{seeded})")
     _credit(entry, live_eager, fresh, opts, result)
 
 
-def _drifted(entry: dict, live_eager: float, opts: EvalOptions) -> bool:
-    return abs(entry["eager_ms"] - live_eager) > opts.eager_drift * live_eager
+def _inflated(entry: dict, live_eager: float, opts: EvalOptions) -> bool:
+    """The clean eager slower than the live one: measured while the machine was busy."""
+    return entry["eager_ms"] - live_eager > opts.eager_drift * live_eager
+
+
+def _stale(entry: dict, live_eager: float, opts: EvalOptions) -> bool:
+    """The live eager far slower than the cached clean one: the machine has changed since."""
+    return live_eager - entry["eager_ms"] > opts.live_slowdown * entry["eager_ms"]
 
 
 def _credit(entry: dict, live_eager: float, fresh: bool, opts: EvalOptions, result: EvalResult) -> None:
     candidate = result.timings_ms["candidate"]
     result.timings_ms.update({"eager": entry["eager_ms"], "eager_live": live_eager})
     result.speedup_vs_eager = entry["eager_ms"] / candidate if candidate > 0 else None
-    if fresh and _drifted(entry, live_eager, opts):
-        result.contended = (f"eager timed beside the candidate ({live_eager:.4g} ms) disagrees with eager in a "
-                            f"clean process ({entry['eager_ms']:.4g} ms) by more than {opts.eager_drift:.0%}: a busy "
-                            "machine, or a candidate that slows eager down")
+    if fresh and _inflated(entry, live_eager, opts):
+        result.contended = (f"eager in a clean process ({entry['eager_ms']:.4g} ms) is slower than eager timed beside "
+                            f"the candidate ({live_eager:.4g} ms) by more than {opts.eager_drift:.0%}: the machine "
+                            "was busy while the baselines were measured")
+    elif live_eager > entry["eager_ms"] * (1 + opts.eager_drift):
+        result.notes.append(f"eager timed beside the candidate ({live_eager:.4g} ms) is slower than in a clean process "
+                            f"({entry['eager_ms']:.4g} ms); the clean one is credited, so a candidate that slows eager "
+                            "down gains nothing, and the candidate's own speed-up may be understated")
     if entry.get("compile_ms"):
         best_mode = min(entry["compile_ms"], key=entry["compile_ms"].get)
         result.timings_ms.update({f"compile:{m}": t for m, t in entry["compile_ms"].items()})
