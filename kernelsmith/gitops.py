@@ -206,8 +206,18 @@ class KernelRepo:
         """Paths under roots that a commit of the working files holds: in HEAD, or untracked and
         not ignored (env's index is HEAD's). "sub/" is a nested repository: never committed."""
         tracked = _nul_split(self.git.ls_tree("-r", "-z", "--name-only", "HEAD", "--", *roots))
-        untracked = _nul_split(self.git.ls_files("-z", "--others", "--exclude-standard", "--", *roots, env=env))
+        untracked = _nul_split(self.git.ls_files("-z", "--others", *self._exclude_args(), "--", *roots, env=env))
         return sorted(set(tracked) | {p for p in untracked if not p.endswith("/")})
+
+    def _exclude_args(self) -> list[str]:
+        """Ignore rules the agent cannot write: the workdir's top .gitignore, .git/info/exclude and the
+        user's excludes file. A .gitignore inside kernels/ (agent-writable) would otherwise leave the
+        sources that were built and measured out of the kernel's commit."""
+        files = [self.root / ".gitignore", Path(self.repo.git_dir) / "info" / "exclude"]
+        user = self.repo.config_reader().get_value("core", "excludesFile", "")
+        files.append(Path(os.path.expanduser(str(user))) if user else
+                     Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "git" / "ignore")
+        return [f"--exclude-from={f}" for f in files if f.is_file()]
 
     def _inside(self, path: str) -> Path | None:
         """root/path, or None when a folder on the way is not a real folder: git never looks

@@ -304,3 +304,22 @@ def test_a_hook_the_unjailed_agent_plants_during_a_session_is_named_at_its_end(r
     assert "warning: .git/hooks/pre-commit changed during the session" in proc.stderr
     end = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")][-1]
     assert end["kind"] == "session_end" and end["summary"]["git_changed"] == [".git/hooks/pre-commit"]
+
+
+def test_a_gitignore_the_agent_writes_in_kernels_hides_no_source_from_the_kernel_commit(root):
+    """The agent's kernels/.gitignore names the sources it built: the commit still holds every file
+    the build read, so the committed kernel is the one that was measured."""
+    repo = git.Repo(root)
+    (root / "kernels" / ".gitignore").write_text("*.cu\n*.cuh\nhidden/\n")
+    (root / "kernels" / "fast.cu").write_text("// the measured kernel\n")
+    (root / "kernels" / "tile.cuh").write_text("// its header\n")
+    (root / "kernels" / "hidden").mkdir()
+    (root / "kernels" / "hidden" / "part.cpp").write_text("// more of it\n")
+    (root / ".kernelsmith" / "build").mkdir(parents=True, exist_ok=True)
+    (root / ".kernelsmith" / "build" / "out.o").write_bytes(b"\0")  # still ignored: the top .gitignore says so
+
+    sha = genuine(root, "fast.cpp")
+
+    files = set(repo.git.ls_tree("-r", "--name-only", sha).splitlines())
+    assert {"kernels/fast.cu", "kernels/tile.cuh", "kernels/hidden/part.cpp", "kernels/.gitignore"} <= files
+    assert not any(f.startswith(".kernelsmith/") for f in files)
