@@ -323,3 +323,23 @@ def test_a_gitignore_the_agent_writes_in_kernels_hides_no_source_from_the_kernel
     files = set(repo.git.ls_tree("-r", "--name-only", sha).splitlines())
     assert {"kernels/fast.cu", "kernels/tile.cuh", "kernels/hidden/part.cpp", "kernels/.gitignore"} <= files
     assert not any(f.startswith(".kernelsmith/") for f in files)
+
+
+def test_a_genuine_entry_copied_from_another_tasks_workdir_does_not_count(root, tmp_path):
+    """The agent fetches a real kernel commit of another task's workdir and copies its signed ledger
+    line: the entry names that task, so here it is not a kernel commit."""
+    other = tmp_path / "other"
+    wd.create(TaskSource(name="scale", source=TASK.replace("x * 2.0", "x * 3.0"), origin="/x/scale.py"), other, "cpu")
+    KernelRepo(other).start_ledger()
+    theirs = genuine(other, eager="97.000x")
+    mine = genuine(root)
+    run_git(root, "fetch", "-q", str(other), theirs)
+    run_git(root, "reset", "-q", "--hard", theirs)  # their commit, checked out here
+    entry = (other / ".kernelsmith" / "ledger.jsonl").read_text().splitlines()[-1]
+    with (root / ".kernelsmith" / "ledger.jsonl").open("a") as out:
+        out.write(entry + "\n")
+
+    repo = KernelRepo(root)
+    assert not repo.is_kernel_commit(theirs)
+    assert theirs not in [c["sha"] for c in repo.kernel_commits()]
+    assert KernelRepo(other).is_kernel_commit(theirs) and mine != theirs

@@ -10,6 +10,10 @@ Each entry is signed with HMAC-SHA256 under a key in the user's config folder
 from the jail. The jail already hides .kernelsmith/ from the agent; where no jail can be made,
 the agent can delete or truncate entries, but it cannot add one without reading the key.
 
+Each entry also names the task it was made for (the sealed reference's sha256): a genuine entry
+copied into another workdir's ledger, with the commit fetched along, is not that workdir's kernel.
+Entries of version 1 (before 2026-12-02) carry no task and are read as before.
+
 A marker per workdir beside the key (ledgers/<hash of the workdir's path>) says that a ledger
 was started there, so a deleted ledger reads as empty, never as a workdir from before ledgers.
 """
@@ -26,7 +30,7 @@ from pathlib import Path
 
 from kernelsmith.errors import BadInput
 
-VERSION = 1
+VERSION = 2
 LEDGER_FILE = "ledger.jsonl"
 KEY_FILE = "ledger.key"
 TRUSTED_KEYS_DIR = "trusted-keys"  # keys of other machines whose workdirs this user reviews
@@ -119,6 +123,7 @@ class Ledger:
         self.root = Path(workdir)
         self.path = self.root / ".kernelsmith" / LEDGER_FILE
         self.marker = config_dir() / "ledgers" / hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:32]
+        self.task = _task_identity(self.root)
 
     def is_legacy(self) -> bool:
         """A workdir that kernelsmith never kept a ledger for (made before ledgers existed)."""
@@ -128,13 +133,17 @@ class Ledger:
         reading, keys = Reading(), trusted_keys()
         for line in self._lines():
             entry = _parsed(line)
-            if entry is not None and verified(entry, keys):
+            if entry is not None and verified(entry, keys) and self._ours(entry):
                 reading.entries.append(entry)
             elif entry is not None and entry.get("key") not in keys and "mac" in entry:
                 reading.foreign_keys.add(str(entry.get("key")))
             else:
                 reading.forged += 1
         return reading
+
+    def _ours(self, entry: dict) -> bool:
+        """Made for this workdir's task (version 1 entries named none)."""
+        return entry.get("v") == 1 or entry.get("task") == self.task
 
     def _lines(self) -> list[str]:
         try:
@@ -147,7 +156,7 @@ class Ledger:
     def append(self, entries: list[dict]) -> None:
         """Sign and append entries (each one whole line, fsynced), and mark the workdir as kept."""
         key = own_key()
-        lines = "".join(json.dumps(sign({"v": VERSION, "t": round(time.time(), 3), **e}, key)) + "\n"
+        lines = "".join(json.dumps(sign({"v": VERSION, "t": round(time.time(), 3), "task": self.task, **e}, key)) + "\n"
                         for e in entries)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
@@ -162,6 +171,14 @@ class Ledger:
         if not self.marker.exists():
             self.marker.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.marker.write_text(str(self.root.resolve()) + "\n")
+
+
+def _task_identity(root: Path) -> str:
+    """The sealed reference's sha256 from the workdir's config ("" where there is none)."""
+    try:
+        return str(json.loads((root / ".kernelsmith" / "config.json").read_text()).get("reference_sha256") or "")
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def _parsed(line: str) -> dict | None:
