@@ -14,7 +14,8 @@ from pathlib import Path
 from conftest import TASK
 from kernelsmith import bench
 from kernelsmith import workdir as wd
-from kernelsmith.agent.run import eval_options, prepare_workdir
+from kernelsmith.agent.env import eval_options
+from kernelsmith.agent.run import prepare_workdir
 from kernelsmith.config import Settings, load_settings
 from kernelsmith.evaluation.options import COMPILE_MODES, EvalOptions
 from kernelsmith.evaluation.baselines import apply_baselines, cache_key, task_key, update_cache

@@ -1,10 +1,12 @@
 """The built-in policy's turns, driven with synthetic tool results (no build, no harness):
-the plan it writes, the coordinate search over launch variants, and honest give-ups."""
+the plan it writes, the coordinate search over launch variants, and honest give-ups. The results
+are KernelEnv observations whose text says nothing: the policy reads only their structured part."""
 
 import json
 import shutil
 from pathlib import Path
 
+from kernelsmith.agent.env import Observation
 from kernelsmith.builtin.policy import BuiltinBackend
 
 DATA = Path(__file__).parent / "data" / "builtin"
@@ -19,16 +21,33 @@ def backend_for(tmp_path: Path, task: str = "pointwise.py") -> BuiltinBackend:
 
 def turn(backend, messages, **results):
     """Append tool results for the previous turn, then take the policy's next turn."""
-    for name, content in results.items():
-        messages.append({"role": "tool", "name": name, "tool_call_id": name, "content": content})
+    for name, obs in results.items():
+        if isinstance(obs, str):
+            obs = Observation(obs)
+        obs.tool, obs.tool_call_id, obs.text = name, name, "(the policy must not read this text)"
+        messages.append(obs.message())
     reply = backend.complete("system", messages, [])
     messages.append(reply.as_message())
     return reply
 
 
-def profile_result(speedup: float, turn_no: int, max_turns: int = 50) -> str:
-    return (f"CORRECT (5 trials on fresh inputs and weights, max abs err 1e-07)\ncandidate 0.1 ms | eager 0.1 ms\n"
-            f"speed-up {speedup:.2f}x vs eager, - vs compile; reward 1\n[budget] turn {turn_no} of {max_turns}")
+def budget(turn_no: int, max_turns: int) -> dict:
+    return {"turn": turn_no, "max_turns": max_turns, "turns_left": max_turns - turn_no}
+
+
+def built(ok: bool = True, summary: str = "") -> Observation:
+    return Observation("", build={"ok": ok, "cached": False, "seconds": 3.0, "summary": summary},
+                       budget=budget(1, 50))
+
+
+def rejected(error: str = "mismatch", turn_no: int = 2, max_turns: int = 50) -> Observation:
+    return Observation("", ok=False, eval={"correct": False, "error": error, "reward": -1.0},
+                       budget=budget(turn_no, max_turns))
+
+
+def profile_result(speedup: float, turn_no: int, max_turns: int = 50) -> Observation:
+    return Observation("", eval={"correct": True, "violations": [], "reward": 1.0, "speedup_vs_eager": speedup},
+                       budget=budget(turn_no, max_turns))
 
 
 def configs_of(reply) -> list[int]:
@@ -43,7 +62,7 @@ def test_the_search_keeps_the_fastest_variant_and_writes_it_back(tmp_path):
     names = [c.name for c in first.tool_calls]
     assert names[0] == "bash" and names[-1] == "compile" and "write_file" in names
     assert "k0_pointwise" in first.text and configs_of(first) == [0]
-    assert [c.name for c in turn(backend, messages, compile="build ok in 3.0 s").tool_calls] == ["profile"]
+    assert [c.name for c in turn(backend, messages, compile=built()).tool_calls] == ["profile"]
     second = turn(backend, messages, profile=profile_result(1.10, 2))
     assert configs_of(second) == [1]
     third = turn(backend, messages, write_file="wrote", profile=profile_result(1.30, 3))
@@ -57,7 +76,7 @@ def test_the_search_keeps_the_fastest_variant_and_writes_it_back(tmp_path):
 def test_the_search_stops_when_the_turn_budget_is_nearly_spent(tmp_path):
     backend, messages = backend_for(tmp_path), []
     turn(backend, messages)
-    turn(backend, messages, compile="build ok in 3.0 s")
+    turn(backend, messages, compile=built())
     reply = turn(backend, messages, profile=profile_result(1.05, 2, max_turns=3))
     assert [c.name for c in reply.tool_calls] == ["write_file", "finish"]
 
@@ -65,18 +84,18 @@ def test_the_search_stops_when_the_turn_budget_is_nearly_spent(tmp_path):
 def test_a_failing_build_or_verify_is_reported_not_hidden(tmp_path):
     backend, messages = backend_for(tmp_path), []
     turn(backend, messages)
-    reply = turn(backend, messages, compile="build FAILED:\nk0_pointwise.cpp:3: error: boom")
+    reply = turn(backend, messages, compile=built(False, "k0_pointwise.cpp:3: error: boom"))
     assert [c.name for c in reply.tool_calls] == ["finish"] and "did not compile" in reply.text
     backend, messages = backend_for(tmp_path), []
     turn(backend, messages)
-    turn(backend, messages, compile="build ok in 1.0 s")
-    reply = turn(backend, messages, profile="REJECTED at verify (reward -1)\nmismatch")
+    turn(backend, messages, compile=built())
+    reply = turn(backend, messages, profile=rejected())
     # the default variant failed: said so, and the other variants still get their turn
     assert "did not verify" in reply.text and "mismatch" in reply.text
     assert [c.name for c in reply.tool_calls] == ["write_file", "profile"] and configs_of(reply) == [1]
     reply = turn(backend, messages, write_file="wrote", profile=profile_result(1.10, 3))
     assert configs_of(reply) == [2]  # variant 1 verified and is the best so far
-    last = turn(backend, messages, write_file="wrote", profile="REJECTED at verify (reward -1)\nmismatch")
+    last = turn(backend, messages, write_file="wrote", profile=rejected())
     assert [c.name for c in last.tool_calls] == ["write_file", "finish"] and configs_of(last) == [1]
     assert "1.100x" in last.tool_calls[-1].arguments["summary"]
 
@@ -84,10 +103,10 @@ def test_a_failing_build_or_verify_is_reported_not_hidden(tmp_path):
 def test_a_task_whose_every_variant_fails_finishes_saying_so(tmp_path):
     backend, messages = backend_for(tmp_path), []
     turn(backend, messages)
-    turn(backend, messages, compile="build ok in 1.0 s")
-    reply = turn(backend, messages, profile="REJECTED at verify (reward -1)\nmismatch")
+    turn(backend, messages, compile=built())
+    reply = turn(backend, messages, profile=rejected())
     while reply.tool_calls[-1].name != "finish":
-        reply = turn(backend, messages, write_file="wrote", profile="REJECTED at verify (reward -1)\nmismatch")
+        reply = turn(backend, messages, write_file="wrote", profile=rejected())
     assert "no variant verified" in reply.tool_calls[-1].arguments["summary"]
 
 
@@ -118,11 +137,10 @@ def test_variants_that_failed_beside_a_broken_default_are_tried_again_once_it_is
     variant 1 verifies they get their turn again instead of being written off."""
     backend, messages = backend_for(tmp_path, "two_reductions.py"), []
     turn(backend, messages)
-    turn(backend, messages, compile="build ok in 1.0 s")
-    rejected = "REJECTED at verify (reward -1)\nmismatch"
-    tried = [configs_of(turn(backend, messages, profile=rejected))]  # the defaults [0, 0] fail
+    turn(backend, messages, compile=built())
+    tried = [configs_of(turn(backend, messages, profile=rejected()))]  # the defaults [0, 0] fail
     while tried[-1] != [0, 1]:  # kernel 0's variants fail too (kernel 1 is still broken)
-        tried.append(configs_of(turn(backend, messages, write_file="wrote", profile=rejected)))
+        tried.append(configs_of(turn(backend, messages, write_file="wrote", profile=rejected())))
     assert tried == [[1, 0], [2, 0], [0, 1]]
     reply = turn(backend, messages, write_file="wrote", profile=profile_result(1.05, 6))  # [0, 1] verifies
     assert configs_of(reply) in ([1, 1], [0, 2])

@@ -10,19 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelsmith import workdir as wd
-from kernelsmith.agent.loop import NUDGE, Agent, Budget
-from kernelsmith.agent.progress import Best, Progress
-from kernelsmith.agent.tools import Toolbox
+from kernelsmith.agent.env import KernelEnv
+from kernelsmith.agent.loop import Agent
+from kernelsmith.agent.progress import Best
 from kernelsmith.backends import backend_name, context_window, create_backend
-from kernelsmith.backends.base import TextSink, Usage
+from kernelsmith.backends.base import Backend, TextSink, ToolCall, Usage
 from kernelsmith.config import Settings
 from kernelsmith.errors import BadInput, KernelsmithError
-from kernelsmith.evaluation.options import EvalOptions
-from kernelsmith.gitops import KernelRepo
-from kernelsmith.lock import workdir_lock
-from kernelsmith.sandbox.base import SandboxEvaluator
 from kernelsmith.session import reader
-from kernelsmith.session.recorder import Listener, Recorder, new_session_id
+from kernelsmith.session.recorder import Listener
 
 
 @dataclass
@@ -40,55 +36,15 @@ class Ending:
         return 0 if self.best is not None else 1
 
 
-def system_prompt(workdir: Path, config: wd.WorkdirConfig) -> str:
-    skill = (workdir / "SKILL.md").read_text()
-    device_name = "CUDA" if config.device == "cuda" else "C++ (CPU)"
-    return wd.packaged_text("prompts", "system.md").format(device_name=device_name, skill=skill)
-
-
-def task_prompt(workdir: Path, config: wd.WorkdirConfig, budget: Budget) -> str:
-    files = "\n".join(f"- {p}" for p in wd.workdir_files(workdir))
-    template = wd.packaged_text("prompts", "task.md")
-    return template.format(task_name=config.task, device=config.device, precision=config.precision,
-                           reference=(workdir / "model.py").read_text(), files=files,
-                           budget=budget.line(0, 0.0, 0.0).removeprefix("[budget] "))
-
-
-def budget_of(settings: Settings) -> Budget:
-    timeout = settings.timeout_min * 60 if settings.timeout_min else None
-    return Budget(settings.max_turns, settings.max_cost, timeout)
-
-
-def eval_options(settings: Settings, config: wd.WorkdirConfig) -> EvalOptions:
-    cache = Path(settings.baselines_cache).expanduser().resolve() if settings.baselines_cache else None
-    return EvalOptions(device=config.device, precision=config.precision, trials=settings.trials, cache_path=cache)
-
-
 def start(settings: Settings, workdir: Path, listeners: list[Listener], on_text: TextSink | None,
           sandbox=None) -> Ending:
     """A new session in an existing workdir; evaluations go to `sandbox` when given. The session
     holds the workdir's writer lock from before it saves the user's changes to after its end."""
     backend = create_backend(settings)  # a bad key or URL fails here, before anything is written
-    config = wd.WorkdirConfig.load(workdir)
-    with workdir_lock(workdir, "kernelsmith optimize"):
-        return _start(settings, workdir, listeners, on_text, sandbox, backend, config)
-
-
-def _start(settings, workdir, listeners, on_text, sandbox, backend, config) -> Ending:
-    session_id = new_session_id()
-    repo = KernelRepo(workdir)
-    saved = repo.save_user_changes(session_id)
-    surface = repo.git_exec_surface()
-    recorder = Recorder(workdir, session_id, listeners)
-    budget = budget_of(settings)
-    system, first = system_prompt(workdir, config), {"role": "user", "content": task_prompt(workdir, config, budget)}
-    recorder.emit("session_start", session_id=session_id, workdir=str(workdir), task=config.task, system=system,
-                  config={**settings.public(), "backend": backend.name, "model": backend.model,
-                          "device": config.device, "precision": config.precision},
-                  messages=[first], user_changes_commit=saved, head=repo.head_sha())
-    agent = _agent(settings, workdir, config, backend, recorder, Progress(repo, recorder, settings.noise),
-                   system, [first], on_text, sandbox=sandbox)
-    return _drive(agent, recorder, surface=surface)
+    wd.WorkdirConfig.load(workdir)
+    env = _env(settings, backend, sandbox, listeners)
+    env.reset(workdir)
+    return _drive(_agent(settings, backend, env, on_text), env)
 
 
 def resume(settings: Settings, workdir: Path, session: str, listeners: list[Listener],
@@ -96,34 +52,19 @@ def resume(settings: Settings, workdir: Path, session: str, listeners: list[List
     """Continue a session after Ctrl-C, a crash or kill -9, from its record alone (and the
     ledger: a best commit kernelsmith did not make is no best). A resumed session writes too."""
     wd.WorkdirConfig.load(workdir)  # not a workdir: that error, not one about its lock
-    with workdir_lock(workdir, "kernelsmith optimize --resume"):
-        return _resume(settings, workdir, session, listeners, on_text, sandbox)
-
-
-def _resume(settings, workdir, session, listeners, on_text, sandbox) -> Ending:
-    path = reader.find_session(workdir, session)
-    state = reader.load_session(path)
+    state = reader.load_session(reader.find_session(workdir, session))
     if state.end and state.end.get("reason") == "finish":
         raise BadInput(f"session {state.session_id} already finished", hint="start a new one without --resume")
     settings = _resumed_settings(state, settings)
     backend = create_backend(settings)
-    if hasattr(backend, "skip"):
-        backend.skip(state.turn)  # a replayed script goes on where the session stopped
-    config = wd.WorkdirConfig.load(workdir)
-    recorder = Recorder(workdir, state.session_id, listeners)
-    pending = state.pending_tool_calls()
-    recorder.emit("resume", from_turn=state.turn, pending_tool_calls=pending)
-    repo = KernelRepo(workdir)
-    repo.start_ledger()  # a workdir from before ledgers: adopt its commits before the agent runs again
-    surface = repo.git_exec_surface()
-    progress = Progress(repo, recorder, settings.noise, _best_of(state, repo), state.attempts)
-    agent = _agent(settings, workdir, config, backend, recorder, progress, state.system, state.messages, on_text,
-                   turn=state.turn, usage=Usage(**{k: v for k, v in state.usage.items() if k in Usage.__dataclass_fields__}),
-                   elapsed_before_s=state.elapsed_s, sandbox=sandbox)
-    last = agent.messages[-1] if agent.messages else {}
-    if last.get("role") == "assistant" and not last.get("tool_calls"):
-        agent.add_user_message(NUDGE)  # killed before the nudge that follows a reply without tool calls
-    return _drive(agent, recorder, pending, surface)
+    backend.skip(state.turn)  # a replayed script goes on where the session stopped
+    env = _env(settings, backend, sandbox, listeners)
+    env.reset(workdir, resume=state.session_id)
+    return _drive(_agent(settings, backend, env, on_text), env, env.pending)
+
+
+def _env(settings: Settings, backend: Backend, sandbox, listeners) -> KernelEnv:
+    return KernelEnv(settings, sandbox, listeners, model={"backend": backend.name, "model": backend.model})
 
 
 def _resumed_settings(state: reader.SessionState, flags: Settings) -> Settings:
@@ -134,63 +75,28 @@ def _resumed_settings(state: reader.SessionState, flags: Settings) -> Settings:
     return Settings(**{**recorded, **given})
 
 
-def _best_of(state: reader.SessionState, repo: KernelRepo) -> Best | None:
-    b = state.best
-    if not b or not repo.is_kernel_commit(b["sha"]):
-        return None
-    return Best(b["sha"], b["turn"], b["speedup_vs_eager"], b["speedup_vs_compile"], b["reward"])
+def _agent(settings: Settings, backend: Backend, env: KernelEnv, on_text: TextSink | None) -> Agent:
+    backend.bind(env.workdir, env.config.device, env.config.precision)
+    return Agent(backend, env, context_window(backend_name(settings), settings), on_text=on_text)
 
 
-def _agent(settings, workdir, config, backend, recorder, progress, system, messages, on_text, sandbox=None,
-           **state) -> Agent:
-    opts = eval_options(settings, config)
-    toolbox = Toolbox(workdir, SandboxEvaluator(sandbox or _local_sandbox(config.device), workdir, opts),
-                      settings.bash_timeout_s)
-    if hasattr(backend, "bind"):  # the built-in policy reads the task from the workdir
-        backend.bind(workdir, config.device, config.precision)
-    window = context_window(backend_name(settings), settings)
-    return Agent(backend, toolbox, progress, recorder, system, list(messages), budget_of(settings), window,
-                 on_text=on_text, **state)
-
-
-def _local_sandbox(device: str):
-    """A session on its own evaluates on this machine: one evaluation per GPU at a time."""
-    from kernelsmith.sandbox.local import LocalSandbox
-
-    return LocalSandbox(device)
-
-
-def _drive(agent: Agent, recorder: Recorder, pending: list[dict] | None = None,
-           surface: dict[str, str] | None = None) -> Ending:
-    """Run the loop and always record how it ended (also on Ctrl-C and on errors), with the
-    files in .git/ that run programs and changed during the session (surface: before)."""
+def _drive(agent: Agent, env: KernelEnv, pending: list[dict] | None = None) -> Ending:
+    """Run the loop and always close the env (also on Ctrl-C and on errors): it records how the
+    session ended, with the files in .git/ that run programs and changed during it."""
     reason, changed = "error", []
     try:
         if pending:
-            from kernelsmith.backends.base import ToolCall
-
-            if agent.run_calls([ToolCall(**c) for c in pending]):
-                reason = "finish"
-        reason = reason if reason == "finish" else agent.run()
+            env.step_all([ToolCall(**c) for c in pending])
+        reason = "finish" if env.reason == "finish" else agent.run()
     except KeyboardInterrupt:
         reason = "interrupted"
         raise
     except KernelsmithError as err:  # e.g. the backend: recorded, then shown as one line by the CLI
-        recorder.emit("error", turn=agent.turn, message=str(err))
+        env.recorder.emit("error", turn=env.turn, message=str(err))
         raise
     finally:
-        changed = agent.progress.repo.git_exec_changes(surface) if surface is not None else []
-        _end(agent, recorder, reason, changed)
-    return Ending(recorder.session_id, reason, agent.progress.best, agent.turn, agent.usage, agent.elapsed(), changed)
-
-
-def _end(agent: Agent, recorder: Recorder, reason: str, git_changed: list[str]) -> None:
-    best = agent.progress.best
-    summary = {"best": best.__dict__ if best else None, "turns": agent.turn, "attempts": agent.progress.attempts,
-               "usage": agent.usage.to_dict(), "elapsed_s": round(agent.elapsed(), 1), "finish_summary": agent.summary,
-               "git_changed": git_changed}
-    recorder.emit("session_end", turn=agent.turn, reason=reason, summary=summary)
-    recorder.close()
+        changed = env.close(reason)
+    return Ending(env.session_id, reason, env.progress.best, env.turn, env.usage, env.elapsed(), changed)
 
 
 def prepare_workdir(task: str | None, workdir: Path | None, device: str, precision: str,

@@ -7,14 +7,14 @@ from typing import Any
 
 import anthropic
 
-from kernelsmith.backends.base import BackendError, Reply, TextSink, ToolCall, ToolSpec, Usage
+from kernelsmith.backends.base import BackendBase, BackendError, Reply, TextSink, ToolCall, ToolSpec, Usage
 from kernelsmith.backends.errors import map_sdk_error
 from kernelsmith.backends.pricing import cost_usd
 
 CACHE = {"type": "ephemeral"}
 
 
-class AnthropicBackend:
+class AnthropicBackend(BackendBase):
     name = "anthropic"
 
     def __init__(self, model: str, api_key: str | None = None, base_url: str | None = None,

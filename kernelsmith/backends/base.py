@@ -68,6 +68,8 @@ TextSink = Callable[[str], None]
 
 
 class Backend(Protocol):
+    """A policy: one model call per turn, and the session hooks below (BackendBase has no-op ones)."""
+
     name: str
     model: str
 
@@ -76,6 +78,24 @@ class Backend(Protocol):
         """One model call. Streams text deltas to on_text when given. Retries transient
         failures itself (429, 5xx, timeouts); raises BackendError for the rest."""
         ...
+
+    def bind(self, workdir, device: str, precision: str) -> None:
+        """Hook: the session's workdir, before the first call (the built-in policy reads its task)."""
+        ...
+
+    def skip(self, turns: int) -> None:
+        """Hook: a resumed session already played `turns` turns (a replayed script goes on after them)."""
+        ...
+
+
+class BackendBase:
+    """What a backend may hook, with nothing done by default: subclass it and override what you need."""
+
+    def bind(self, workdir, device: str, precision: str) -> None:
+        return None
+
+    def skip(self, turns: int) -> None:
+        return None
 
 
 class BackendError(KernelsmithError):

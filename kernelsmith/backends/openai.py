@@ -10,14 +10,14 @@ from typing import Any
 
 import openai
 
-from kernelsmith.backends.base import BackendError, Reply, TextSink, ToolCall, ToolSpec, Usage
+from kernelsmith.backends.base import BackendBase, BackendError, Reply, TextSink, ToolCall, ToolSpec, Usage
 from kernelsmith.backends.errors import map_sdk_error
 from kernelsmith.backends.pricing import cost_usd
 
 NO_KEY = "not-needed"  # local servers ignore the key, but the SDK insists on one
 
 
-class OpenAIBackend:
+class OpenAIBackend(BackendBase):
     name = "openai"
 
     def __init__(self, model: str, api_key: str | None = None, base_url: str | None = None,

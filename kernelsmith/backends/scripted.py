@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kernelsmith.backends.base import Reply, ToolCall, ToolSpec, Usage
+from kernelsmith.backends.base import BackendBase, Reply, ToolCall, ToolSpec, Usage
 from kernelsmith.errors import BadInput
 
 
-class ScriptedBackend:
+class ScriptedBackend(BackendBase):
     name = "scripted"
 
     def __init__(self, script: str | Path | list[dict]):

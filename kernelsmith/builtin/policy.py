@@ -1,5 +1,6 @@
 """The built-in backend: a small kernel compiler with search, driving the same tools an LLM
-uses. Each call to `complete` reads the last tool results and returns the next turn:
+uses. Each call to `complete` reads the structured part of the last tool results (KernelEnv's
+observations: the build, the EvalResult, the budget; never their text) and returns the next turn:
 
 1. plan: capture the graph, partition it, generate a kernel per group, write the files, compile;
 2. profile the first version (verify, then time it against eager and torch.compile);
@@ -11,14 +12,11 @@ What it cannot generate is reported as unsupported, never replaced by torch ops.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelsmith.backends.base import Reply, ToolCall, ToolSpec, Usage
+from kernelsmith.backends.base import BackendBase, Reply, ToolCall, ToolSpec, Usage
 
-SPEEDUP_RE = re.compile(r"speed-up ([0-9.]+)x vs eager")
-BUDGET_RE = re.compile(r"\[budget\] turn (\d+) of (\d+)")
 TURNS_TO_FINISH = 1  # the turn that writes the best configuration back and finishes
 
 
@@ -42,7 +40,7 @@ class SearchState:
     phase: str = "plan"
 
 
-class BuiltinBackend:
+class BuiltinBackend(BackendBase):
     name = "builtin"
 
     def __init__(self, model: str = "builtin", **_ignored):
@@ -58,8 +56,8 @@ class BuiltinBackend:
 
     def complete(self, system: str, messages: list[dict], tools: list[ToolSpec], on_text=None) -> Reply:
         self.calls += 1
-        results = _last_results(messages)
-        text, calls = getattr(self, f"_{self.state.phase}")(results, _budget_left(results))
+        results = _last_observations(messages)
+        text, calls = getattr(self, f"_{self.state.phase}")(results, _turns_left(results))
         if on_text and text:
             on_text(text)
         tool_calls = [ToolCall(f"b{self.calls}_{i}", name, args) for i, (name, args) in enumerate(calls)]
@@ -91,24 +89,25 @@ class BuiltinBackend:
         return f"Plan: {built.summary} Writing the kernels and compiling.", [clear, *writes, ("compile", {})]
 
     def _compiled(self, results, turns_left):
-        build = results.get("compile", "")
-        if not build.startswith("build ok"):
+        build = (results.get("compile") or {}).get("build") or {}
+        if not build.get("ok"):
             return self._give_up("The generated kernels did not compile (a bug in the built-in policy):\n"
-                                 + build[:1500])
+                                 + str(build.get("summary") or "no build result")[:1500])
         self.state.phase = "profiled"
         return "Built. Profiling the first version (verify, then time against eager and torch.compile).", \
             [("profile", {})]
 
     def _profiled(self, results, turns_left):
-        report = results.get("profile", "")
-        if not report.startswith("CORRECT"):
+        result = (results.get("profile") or {}).get("eval") or {}
+        if not result.get("clean"):
             if self.state.trying is not None:
                 return self._next(False, None, turns_left, f"{self.state.trying.label} failed; skipping it.")
-            why = "The generated kernels did not verify (a bug in the built-in policy):\n" + report[:1500]
+            why = ("The generated kernels did not verify (a bug in the built-in policy):\n"
+                   + str(result.get("error") or "no evaluation result")[:1500])
             if not _candidates(self.state.variants):
                 return self._give_up(why)
             return self._next(False, None, turns_left, why + "\nThe other launch variants may still verify.")
-        return self._next(True, _speedup(report), turns_left)
+        return self._next(True, result.get("speedup_vs_eager"), turns_left)
 
     def _next(self, verified: bool, speedup: float | None, turns_left: int | None, note: str = ""):
         """Record the candidate just profiled, then try the next variant or finish."""
@@ -171,25 +170,19 @@ def _candidates(variants: list[list[str]]) -> list[tuple[int, int]]:
     return [(g, v) for g, names in enumerate(variants) for v in range(1, len(names))]
 
 
-def _last_results(messages: list[dict]) -> dict[str, str]:
-    """The tool results after the last assistant message, by tool name."""
-    found: dict[str, str] = {}
+def _last_observations(messages: list[dict]) -> dict[str, dict]:
+    """The structured part of each tool result after the last assistant message, by tool name."""
+    found: dict[str, dict] = {}
     for message in reversed(messages):
         if message.get("role") == "assistant":
             break
         if message.get("role") == "tool":
-            found.setdefault(message.get("name", ""), message.get("content", ""))
+            found.setdefault(message.get("name", ""), message.get("observation") or {})
     return found
 
 
-def _budget_left(results: dict[str, str]) -> int | None:
-    for text in results.values():
-        match = BUDGET_RE.search(text)
-        if match:
-            return int(match.group(2)) - int(match.group(1))
+def _turns_left(observations: dict[str, dict]) -> int | None:
+    for obs in observations.values():
+        if (obs.get("budget") or {}).get("turns_left") is not None:
+            return int(obs["budget"]["turns_left"])
     return None
-
-
-def _speedup(report: str) -> float | None:
-    match = SPEEDUP_RE.search(report)
-    return float(match.group(1)) if match else None

@@ -104,8 +104,10 @@ def _model_turn(state: SessionState, e: dict) -> None:
 
 
 def _tool_result(state: SessionState, e: dict) -> None:
-    state.messages.append({"role": "tool", "tool_call_id": e["tool_call_id"], "name": e["name"],
-                           "content": e["content"]})
+    message = {"role": "tool", "tool_call_id": e["tool_call_id"], "name": e["name"], "content": e["content"]}
+    if e.get("observation") is not None:  # the structured part (records from before KernelEnv have none)
+        message["observation"] = e["observation"]
+    state.messages.append(message)
 
 
 def _commit(state: SessionState, e: dict) -> None:
