@@ -36,6 +36,7 @@ class Settings:
     trials: int = 5
     noise: float = 0.02  # a new best must beat the old by more than this and the measured spread
     baselines_cache: str | None = None  # a compile-baseline cache file shared by sessions; None: per workdir
+    warm_baselines: bool = True  # measure the baselines when a session starts, before its first profile
 
     def public(self) -> dict[str, Any]:
         """The settings as recorded in the session (no secrets live here: keys come from the env)."""

@@ -189,9 +189,10 @@ class KernelEnv:
 
     def _open(self, progress: Progress, messages: list[dict]) -> None:
         self.progress, self.messages, self.started = progress, list(messages), time.monotonic()
-        evaluator = SandboxEvaluator(self.sandbox or _local_sandbox(self.config.device), self.workdir,
-                                     eval_options(self.settings, self.config))
-        self.toolbox = Toolbox(self.workdir, evaluator, self.settings.bash_timeout_s)
+        sandbox, opts = self.sandbox or _local_sandbox(self.config.device), eval_options(self.settings, self.config)
+        # the baselines and the op watch now, on the evaluation slot, while the policy writes its first kernel
+        self.warmup = sandbox.warm_baselines(self.workdir, opts) if self.settings.warm_baselines else None
+        self.toolbox = Toolbox(self.workdir, SandboxEvaluator(sandbox, self.workdir, opts), self.settings.bash_timeout_s)
         self.specs = self.toolbox.specs()
 
     # -- steps ------------------------------------------------------------------------------------

@@ -101,18 +101,39 @@ def _credit(entry: dict, live_eager: float, fresh: bool, opts: EvalOptions, resu
         result.speedup_vs_compile = entry["compile_ms"][best_mode] / candidate if candidate > 0 else None
 
 
-def measure_baselines(reference: Path, opts: EvalOptions) -> dict | None:
+def measure_baselines(reference: Path, opts: EvalOptions, skip_platforms: list | None = None) -> dict | None:
+    """Eager and compile in a trusted worker. skip_platforms: [gpu, torch] pairs the cache has
+    already, for which the worker measures nothing and answers {"cached": True, "gpu", "torch"}."""
     job = {"kind": "baselines", "reference": str(reference), "device": opts.device, "precision": opts.precision,
            "seed": seed_for(opts), "compile_modes": list(baseline_modes(opts)), "min_runs": opts.min_runs,
-           "min_seconds": opts.min_seconds, "cwd": str(Path(reference).parent), "threads": opts.threads()}
+           "min_seconds": opts.min_seconds, "cwd": str(Path(reference).parent), "threads": opts.threads(),
+           "skip_platforms": skip_platforms or []}
     try:
         value = runner.run_job(job, max(opts.timeout_s, 1800.0))
     except runner.JobFailed:
         return None
+    if value.get("cached"):
+        return value
     timings = value["timings"]
     return {"eager_ms": timings["eager"]["median"],
             "compile_ms": {name.split(":", 1)[1]: t["median"] for name, t in timings.items() if name.startswith("compile:")},
-            "warmup_s": value["warmup_s"], "measured_at": time.time()}
+            "warmup_s": value["warmup_s"], "measured_at": time.time(), "platform": [value["gpu"], value["torch"]]}
+
+
+def warm(reference: Path, opts: EvalOptions) -> dict:
+    """A session's baselines, measured when it starts, before any candidate of it runs, so that its
+    first profile finds them cached; nothing is measured when this GPU and torch have them already.
+    Runs on the session's evaluation slot, so no candidate shares the GPU with it."""
+    start = time.perf_counter()
+    cache_path = opts.cache_path or default_cache_path(reference)
+    digest = task_key(reference, opts)
+    have = [key.split("|")[1:] for key in build.read_json(cache_path) if key.startswith(digest + "|")]
+    entry = measure_baselines(reference, opts, skip_platforms=have)
+    if entry is None:
+        return {"ok": False, "seconds": round(time.perf_counter() - start, 3)}
+    if not entry.get("cached"):
+        update_cache(cache_path, cache_key(digest, *entry["platform"]), entry)
+    return {"ok": True, "cached": bool(entry.get("cached")), "seconds": round(time.perf_counter() - start, 3)}
 
 
 def merge_cache(path: Path, entries: dict) -> int:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from kernelsmith.evaluation import build_plan as build, runner
 from kernelsmith.evaluation.result import EvalResult
 from kernelsmith.evaluation import checks, linkage
 from kernelsmith.sandbox import jail
-from kernelsmith.evaluation.baselines import apply_baselines
+from kernelsmith.evaluation.baselines import apply_baselines, warm as warm_baselines
 from kernelsmith.evaluation.options import EvalOptions, seed_for
 from kernelsmith.evaluation.reward import reward_for
 
@@ -209,6 +210,17 @@ def apply_profile(prof: dict, result: EvalResult) -> None:
 
     if result.roofline.get("ceilings"):
         result.roofline.update(percentages(result.roofline, cand["median"], result.precision))
+
+
+def warm_workdir(workdir: Path, opts: EvalOptions) -> dict:
+    """At a session's start, on its evaluation slot: the native op watch built, the baselines measured
+    (both trusted work, off the critical path of the session's first profile)."""
+    from kernelsmith import workdir as wd
+
+    workdir = Path(workdir).resolve()
+    reference = wd.sealed_reference(workdir, wd.WorkdirConfig.load(workdir))
+    prepare_watch()
+    return warm_baselines(reference, replace(opts, profile=True))
 
 
 def evaluate_workdir(workdir: Path, opts: EvalOptions) -> EvalResult:

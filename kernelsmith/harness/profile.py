@@ -338,6 +338,8 @@ class SpotChecker:
 def run_baselines(job: dict) -> dict:
     """Eager and torch.compile modes, interleaved, in a worker with no candidate code."""
     device, precision = job["device"], job["precision"]
+    if [*_platform(device).values()] in job.get("skip_platforms", []):  # a session's warm-up: cached already
+        return {**_platform(device), "cached": True}
     guards.set_precision_flags(precision)
     _same_threads(job)
     clocks = Clocks(device)

@@ -38,6 +38,11 @@ class Sandbox(Protocol):
         """Score any ModelNew file against a reference (bench --eval-only)."""
         ...
 
+    def warm_baselines(self, workdir: Path, opts: EvalOptions) -> Future:
+        """At a session's start: its baselines measured on an evaluation slot, ahead of its first
+        profile (evaluate.warm_workdir). Never raises; the future's dict says what happened."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -82,6 +87,20 @@ class JobLedger:
 class Submitting:
     """Futures for callers that want parallelism (the bench), and `with` support, for a pool that
     keeps its thread pools in `self._executors` ({"build": ..., "evaluate": ...})."""
+
+    def warm_baselines(self, workdir: Path, opts: EvalOptions) -> Future:
+        """On a daemon thread (a session that ends first is not held up at exit; the trusted worker
+        dies with this process), through the pool's own `_warm(workdir, opts)`."""
+        future: Future = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(self._warm(Path(workdir), opts))
+            except Exception as err:  # noqa: BLE001  (a warm-up that fails leaves the profile to measure)
+                future.set_result({"ok": False, "error": f"{type(err).__name__}: {err}"})
+
+        threading.Thread(target=run, name="ks-warm", daemon=True).start()
+        return future
 
     def submit_build(self, kernels: Path, device: str, fast_math: bool = False) -> Future:
         return self._executors["build"].submit(self.build, kernels, device, fast_math)

@@ -132,6 +132,14 @@ class LocalSandbox(Submitting):
         """Score any ModelNew file against a reference on one exclusive evaluation slot."""
         return self._on_slot(lambda: evaluate.evaluate(Path(reference), Path(candidate), opts), opts)
 
+    def _warm(self, workdir: Path, opts: EvalOptions) -> dict:
+        index = self._free.get()  # the slot, like any evaluation: no candidate shares the GPU with it
+        try:
+            with runner.extra_env(self.slots[index].env):
+                return evaluate.warm_workdir(workdir, opts)
+        finally:
+            self._free.put(index)
+
     def close(self) -> None:
         """Cancel queued submissions and wait for running ones (their workers have timeouts)."""
         for pool in self._executors.values():

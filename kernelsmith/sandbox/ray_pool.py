@@ -88,6 +88,10 @@ class _Worker:
         with self._tagged():
             return evaluate.evaluate(Path(reference), Path(candidate), opts).to_dict()
 
+    def warm_workdir(self, workdir: str, opts: EvalOptions) -> dict[str, Any]:
+        with self._tagged():
+            return evaluate.warm_workdir(Path(workdir), opts)
+
     def _tagged(self):
         return runner.extra_env({ACTOR_ENV: ray.get_runtime_context().get_actor_id()})
 
@@ -232,6 +236,14 @@ class RaySandbox(Submitting):
         """Score any ModelNew file against a reference on one exclusive evaluation actor."""
         args = (str(Path(reference).resolve()), str(Path(candidate).resolve()), opts)
         return self._evaluate("evaluate_files", args, opts)
+
+    def _warm(self, workdir: Path, opts: EvalOptions) -> dict:
+        try:
+            value, _ = self._call("evaluate", "warm_workdir", (str(Path(workdir).resolve()), opts),
+                                  eval_deadline(opts), lambda v: bool(v.get("ok")))
+            return value
+        except _Failed as failed:
+            return {"ok": False, "error": failed.reason}
 
     def close(self) -> None:
         """Cancel queued submissions, kill the actors (and the workers of busy ones), and shut
