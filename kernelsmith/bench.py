@@ -224,13 +224,22 @@ def lint_all(plan: BenchPlan, tasks: list[Path],
         except KernelsmithError as err:
             return [f"lint_failed: {err}"[:120]]
 
+    def keep(path: Path, found: list[str]) -> None:
+        cache[str(path)] = found
+        # after every task: an interrupted bench resumes without linting again what it linted
+        bench_report.write_atomic(cache_path, json.dumps(cache, indent=1))
+        if on_lint:
+            on_lint(path, found)
+
+    killed = []
     with ThreadPoolExecutor(max(1, plan.workers)) as pool:
         for path, found in zip(missing, pool.map(lint, missing)):
-            cache[str(path)] = found
-            # after every task: an interrupted bench resumes without linting again what it linted
-            bench_report.write_atomic(cache_path, json.dumps(cache, indent=1))
-            if on_lint:
-                on_lint(path, found)
+            if any("killed (SIGKILL)" in flag for flag in found):
+                killed.append(path)  # large tasks linted side by side can exhaust host memory: again, alone
+            else:
+                keep(path, found)
+    for path in killed:
+        keep(path, lint(path))
     return cache
 
 

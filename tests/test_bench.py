@@ -114,6 +114,40 @@ def test_lint_is_saved_task_by_task_so_an_interrupted_bench_keeps_it(task_set, t
     assert seen == [tasks[1]] and set(flags) == {str(t) for t in tasks}  # the first is not linted again
 
 
+def test_a_lint_killed_beside_others_is_run_again_alone(task_set, tmp_path, monkeypatch):
+    """Large tasks linted side by side ran the host out of memory (SIGKILL on the H200); a task whose
+    lint was killed is linted again once the others are done, alone, and keeps that verdict."""
+    import threading
+    import time
+
+    from kernelsmith import bench
+    from kernelsmith import task as task_mod
+    from kernelsmith.config import Settings
+    from kernelsmith.errors import BadInput
+
+    running, calls, lock = [0], [], threading.Lock()
+
+    def check(path, device, precision):
+        with lock:
+            running[0] += 1
+            crowded = running[0] > 1
+            calls.append((Path(path).name, crowded))
+        time.sleep(0.3)  # long enough for the other thread's lint to overlap
+        with lock:
+            running[0] -= 1
+        if crowded:
+            raise BadInput("the reference does not run: crashed: killed (SIGKILL) by something outside the harness")
+        return {"flags": []}
+
+    monkeypatch.setattr(task_mod, "check_task", check)
+    plan = bench.BenchPlan(Settings(), "cpu", tmp_path, workers=2)
+    tasks = bench.task_files([task_set / "tasks"])
+    flags = bench.lint_all(plan, tasks)
+    assert any(crowded for _, crowded in calls)  # the side-by-side pass did overlap
+    assert flags == {str(t): [] for t in tasks}
+    assert json.loads((tmp_path / "lint.json").read_text()) == flags
+
+
 def test_a_session_with_no_correct_kernel_says_why_in_its_row(task_set, tmp_path):
     cheat = ("import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
              "        self.bias = nn.Parameter(__import__('torch').empty(n))\n\n    def forward(self, x):\n"

@@ -355,3 +355,28 @@ def test_file_class_task_checks_clean(tmp_path):
     assert report["flags"] == []
     assert report["inputs"] == [{"shape": [4, 16], "dtype": "float32"}, {"shape": [4], "dtype": "int64"}]
     assert report["outputs"] == [{"shape": [4, 16], "dtype": "float32"}]
+
+
+def test_lint_compares_and_summarises_a_chunk_at_a_time_like_whole_tensors(monkeypatch):
+    """Lint keeps outputs where they were computed and reads them in chunks (a multi-GB output in
+    float64 on the host got lints killed): with tiny chunks it must still see what whole tensors show."""
+    import torch
+
+    from kernelsmith.harness import lint
+
+    monkeypatch.setattr(lint, "CHUNK", 7)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(10, 5, generator=gen)
+    y = x.clone()
+    y[-1, -1] += 1e-3  # only the last chunk differs
+    assert lint._close([x], [x.clone()]) and not lint._close([x], [y])
+    z = x.clone()
+    z[0, 0], z[3, 1] = float("nan"), float("inf")
+    count, peak, mean_abs, std = lint._finite_stats(z)
+    finite = z[torch.isfinite(z)].double()
+    assert count == finite.numel() == 48
+    assert peak == pytest.approx(float(finite.abs().max())) and mean_abs == pytest.approx(float(finite.abs().mean()))
+    assert std == pytest.approx(float(finite.std()), rel=1e-9)
+    report = {"flags": [], "warnings": []}
+    lint._check_magnitude([torch.full((30,), 2.5), z], report)
+    assert report["flags"] == ["near_constant"]

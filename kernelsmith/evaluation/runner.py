@@ -124,6 +124,9 @@ def _signal_reason(code: int) -> str:
         name = f"signal {sig}"
     plain = {"SIGSEGV": "segmentation fault", "SIGABRT": "abort", "SIGBUS": "bus error",
              "SIGFPE": "floating-point exception", "SIGKILL": "killed", "SIGILL": "illegal instruction"}
+    if name == "SIGKILL":  # not ours: our own kills (timeouts) say "timed out"
+        return ("crashed: killed (SIGKILL) by something outside the harness, most often the kernel's "
+                "out-of-memory killer (the machine ran out of host memory)")
     return f"crashed: {plain.get(name, name)} ({name})"
 
 

@@ -15,13 +15,24 @@ NEAR_ZERO = 1e-6
 EAGER_RANGE_MS = (0.001, 10_000.0)
 
 
+# Outputs stay where they were computed and are compared a chunk at a time: a multi-GB output
+# (level1/21_Sigmoid: 6.4 GB) copied to the host in float64 twice per comparison took tens of GB
+# of host memory per lint, and four lints side by side were killed by the out-of-memory killer.
+CHUNK = 1 << 24  # elements
+
+
 def _run(task, weights_seed: int, inputs_seed: int, device: str, precision: str, forward_seed: int = 11) -> list:
     model = loading.seeded_reference(task, weights_seed, device, precision)
     inputs = loading.seeded_inputs(task, inputs_seed, device, precision)
     torch.manual_seed(forward_seed)  # randomness inside forward (dropout) must show up as non-determinism
     with torch.no_grad():
-        return [o.detach().float().cpu() if o.is_floating_point() else o.detach().cpu()
-                for o in guards.flatten_outputs(model(*inputs))]
+        return [o.detach() for o in guards.flatten_outputs(model(*inputs))]
+
+
+def _chunks(x: torch.Tensor):
+    flat = x.reshape(-1)
+    for start in range(0, flat.numel(), CHUNK):
+        yield flat[start:start + CHUNK]
 
 
 def _same(a: list, b: list) -> bool:
@@ -29,8 +40,24 @@ def _same(a: list, b: list) -> bool:
 
 
 def _close(a: list, b: list) -> bool:
-    return all(x.shape == y.shape and torch.allclose(x.double(), y.double(), atol=1e-6, rtol=1e-5)
+    return all(x.shape == y.shape and all(torch.allclose(p.double(), q.double(), atol=1e-6, rtol=1e-5)
+                                          for p, q in zip(_chunks(x), _chunks(y)))
                for x, y in zip(a, b))
+
+
+def _finite_stats(out: torch.Tensor) -> tuple[int, float, float, float]:
+    """(count, max |x|, mean |x|, std) of the finite values, in float64, a chunk at a time (two passes)."""
+    count, peak, total, total_abs = 0, 0.0, 0.0, 0.0
+    for chunk in _chunks(out):
+        values = chunk.double()[torch.isfinite(chunk)]
+        if values.numel():
+            count, total = count + values.numel(), total + float(values.sum())
+            total_abs, peak = total_abs + float(values.abs().sum()), max(peak, float(values.abs().max()))
+    if count == 0:
+        return 0, 0.0, 0.0, 0.0
+    mean = total / count
+    squares = sum(float(((c.double()[torch.isfinite(c)] - mean) ** 2).sum()) for c in _chunks(out))
+    return count, peak, total_abs / count, (squares / max(count - 1, 1)) ** 0.5
 
 
 def lint_task(job: dict) -> dict:
@@ -78,10 +105,10 @@ def _check_magnitude(base, report) -> None:
     for i, out in enumerate(base):
         if not out.is_floating_point() or out.numel() == 0:
             continue
-        finite = out[torch.isfinite(out)].double()
-        if finite.numel() == 0:
+        count, peak, mean_abs, std = _finite_stats(out)
+        if count == 0:
             _flag(report, "non_finite", f"output {i} has no finite values")
-        elif finite.abs().max() < NEAR_ZERO:
+        elif peak < NEAR_ZERO:
             _flag(report, "near_zero", f"output {i} is near zero everywhere (max |x| < {NEAR_ZERO:g})")
-        elif finite.numel() > 1 and finite.std() < NEAR_ZERO * max(1.0, float(finite.abs().mean())):
+        elif count > 1 and std < NEAR_ZERO * max(1.0, mean_abs):
             _flag(report, "near_constant", f"output {i} is nearly constant")
