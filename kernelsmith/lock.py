@@ -59,14 +59,25 @@ def workdir_lock(workdir: Path, command: str) -> Iterator[None]:
         _release(path)
 
 
+NAMELESS_WAIT_S = 2.0  # how long a lock held by nobody named is waited for
+
+
 def _take(path: str, workdir: Path, command: str) -> int:
+    """The lock, or WorkdirBusy. A lock held with no holder named is a release in progress or a
+    child forked a moment before it (it holds a copy of the descriptor until it execs): waited for
+    briefly, since a real holder names itself as soon as it has the lock."""
     fd = _open(path, workdir)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _holder_of(fd)
-        os.close(fd)
-        raise WorkdirBusy(*_busy(workdir, holder)) from None
+    deadline = time.monotonic() + NAMELESS_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            holder = _holder_of(fd)
+            if holder.get("pid") or time.monotonic() > deadline:
+                os.close(fd)
+                raise WorkdirBusy(*_busy(workdir, holder)) from None
+            time.sleep(0.05)
     _write_holder(fd, command)
     return fd
 

@@ -239,6 +239,8 @@ class KernelEnv:
             self.summary = outcome.extra.get("summary", "")
         if last:
             outcome.content += "\n" + self.budget_line()
+            if not self.done and self.exhausted():  # after the turn's last call: every call of it runs
+                self.done, self.reason = True, self.exhausted()
         obs = self._observe(outcome.content, call, outcome, seconds)
         self.messages.append(obs.message())
         self.recorder.emit("tool_result", turn=self.turn, tool_call_id=call.id, name=call.name, ok=outcome.ok,
@@ -249,8 +251,6 @@ class KernelEnv:
                  seconds: float = 0.0) -> Observation:
         result = (outcome.eval if outcome else None) or {}
         is_eval = call is not None and call.name in ("verify", "profile") and "reward" in result
-        if not self.done and self.exhausted():
-            self.done, self.reason = True, self.exhausted()
         best = self.progress.best
         return Observation(text=text, tool=call.name if call else "", tool_call_id=call.id if call else "",
                            ok=outcome.ok if outcome else True, eval=result if is_eval else None,

@@ -17,6 +17,7 @@ from kernelsmith.backends import backend_name, context_window, create_backend
 from kernelsmith.backends.base import Backend, TextSink, ToolCall, Usage
 from kernelsmith.config import Settings
 from kernelsmith.errors import BadInput, KernelsmithError
+from kernelsmith.lock import workdir_lock
 from kernelsmith.session import reader
 from kernelsmith.session.recorder import Listener
 
@@ -52,14 +53,15 @@ def resume(settings: Settings, workdir: Path, session: str, listeners: list[List
     """Continue a session after Ctrl-C, a crash or kill -9, from its record alone (and the
     ledger: a best commit kernelsmith did not make is no best). A resumed session writes too."""
     wd.WorkdirConfig.load(workdir)  # not a workdir: that error, not one about its lock
-    state = reader.load_session(reader.find_session(workdir, session))
-    if state.end and state.end.get("reason") == "finish":
-        raise BadInput(f"session {state.session_id} already finished", hint="start a new one without --resume")
-    settings = _resumed_settings(state, settings)
-    backend = create_backend(settings)
-    backend.skip(state.turn)  # a replayed script goes on where the session stopped
-    env = _env(settings, backend, sandbox, listeners)
-    env.reset(workdir, resume=state.session_id)
+    with workdir_lock(workdir, "kernelsmith optimize --resume"):  # before the record is read; the env keeps it
+        state = reader.load_session(reader.find_session(workdir, session))
+        if state.end and state.end.get("reason") == "finish":
+            raise BadInput(f"session {state.session_id} already finished", hint="start a new one without --resume")
+        settings = _resumed_settings(state, settings)
+        backend = create_backend(settings)
+        backend.skip(state.turn)  # a replayed script goes on where the session stopped
+        env = _env(settings, backend, sandbox, listeners)
+        env.reset(workdir, resume=state.session_id)
     return _drive(_agent(settings, backend, env, on_text), env, env.pending)
 
 

@@ -253,7 +253,10 @@ def op_watch_identity() -> str:
     import platform
 
     digest = hashlib.sha256((NATIVE_DIR / "op_watch.cpp").read_bytes())
-    digest.update(json.dumps([_torch_version(), sys.version, platform.node(), platform.machine()]).encode())
+    # and its folder: the extension's name comes from the path, so two checkouts sharing one cache
+    # must not share a build whose stamp names the other's extension (a jailed profile cannot rebuild it)
+    digest.update(json.dumps([_torch_version(), sys.version, platform.node(), platform.machine(),
+                              str(NATIVE_DIR.resolve())]).encode())
     return digest.hexdigest()[:20]
 
 

@@ -9,6 +9,7 @@ or in one file that several sessions share: EvalOptions.cache_path; writes are l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import replace
@@ -31,10 +32,11 @@ def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
     kernels = candidate.parent / "kernels"
     if build.has_kernels(kernels) and not build_step(kernels, opts, result):
         return finish(result, opts)
-    if not verify_step(reference, candidate, opts, result):
-        return finish(result, opts)
-    if opts.profile:
-        profile_step(reference, candidate, opts, result)
+    with _profile_worker(reference, candidate, opts) as profiling:  # importing torch while verify runs
+        if not verify_step(reference, candidate, opts, result):
+            return finish(result, opts)
+        if profiling:
+            _profile_with(reference, opts, result, *profiling)
     return finish(result, opts)
 
 
@@ -77,12 +79,14 @@ def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: Eva
     base = {"reference": str(reference), "candidate": str(candidate), "device": opts.device,
             "precision": opts.precision, "seeds": trial_seeds(opts.trials, opts.seed), "cwd": str(candidate.parent)}
 
-    def both(run):
-        facts = run({**base, "kind": "candidate"})
-        return facts, run({**base, "kind": "judge", "facts": facts})
+    def both(shared: dict):
+        # the trusted judge imports torch while the candidate runs; it loads no candidate code either way
+        with runner.Prestarted({**base, **shared, "kind": "judge"}, opts.timeout_s) as judge:
+            facts = runner.run_job({**base, **shared, "kind": "candidate"}, opts.timeout_s)
+            return facts, judge.run({"facts": facts})
 
     try:
-        facts, judged = runner.run_jobs_sharing_dir(both, opts.timeout_s)
+        facts, judged = runner.run_jobs_sharing_dir(both)
     except runner.JobFailed as err:
         result.seconds["verify"] = runner.elapsed(start)
         result.reject(f"candidate failed: {err.reason}", stage="verify")
@@ -131,24 +135,50 @@ def prepare_watch() -> None:
             pass  # the profile then runs under the Python dispatch mode, and its notes say so
 
 
-def profile_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> None:
-    prepare_watch()
-    start = time.perf_counter()
-    job = {"kind": "profile", "reference": str(reference), "candidate": str(candidate), "device": opts.device,
-           "precision": opts.precision, "seed": seed_for(opts), "min_runs": opts.min_runs,
-           "min_seconds": opts.min_seconds, "cwd": str(candidate.parent), "threads": opts.threads()}
-    clock = runner.ParentClock()
-    try:
-        prof = runner.run_job(job, opts.timeout_s * 2, clock)
-    except runner.JobFailed as err:
-        result.seconds["profile"] = runner.elapsed(start)
-        result.reject(f"profile failed: {err.reason}", stage="profile")
+def profile_job(reference: Path, candidate: Path, opts: EvalOptions) -> dict:
+    return {"kind": "profile", "reference": str(reference), "candidate": str(candidate), "device": opts.device,
+            "precision": opts.precision, "seed": seed_for(opts), "min_runs": opts.min_runs,
+            "min_seconds": opts.min_seconds, "cwd": str(candidate.parent), "threads": opts.threads()}
+
+
+@contextlib.contextmanager
+def _profile_worker(reference: Path, candidate: Path, opts: EvalOptions):
+    """(job, clock, worker) of a profile worker started ahead of its job, or None without a profile."""
+    if not opts.profile:
+        yield None
         return
-    result.seconds["profile"] = runner.elapsed(start)
-    apply_profile(prof, result)
-    _violation(result, checks.clock_disagreement(prof, clock.batches))
-    if not result.violations:
-        check_timed_outputs(reference, job, prof, result)
+    prepare_watch()  # before the worker starts: its jail binds the built watch only if it exists then
+    job, clock = profile_job(reference, candidate, opts), runner.ParentClock()
+    with runner.Prestarted(job, opts.timeout_s * 2, clock) as worker:
+        yield job, clock, worker
+
+
+def profile_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> None:
+    """The profile alone (benches time it): its worker starts now."""
+    with _profile_worker(reference, candidate, replace(opts, profile=True)) as started:
+        _profile_with(reference, opts, result, *started)
+
+
+def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: dict, clock: runner.ParentClock,
+                  worker: runner.Prestarted) -> None:
+    start = time.perf_counter()
+    trusted = {k: job[k] for k in ("reference", "device", "precision", "seed", "cwd")}
+    # on a GPU the trusted checksums worker imports torch while the profile times (on the CPU it would
+    # share the cores with the timed runs, so there it starts afterwards)
+    early = opts.device == "cuda"
+    with runner.Prestarted({**trusted, "kind": "checksums"}, opts.timeout_s) if early else contextlib.nullcontext() \
+            as checker:
+        try:
+            prof = worker.run({})
+        except runner.JobFailed as err:
+            result.seconds["profile"] = runner.elapsed(start)
+            result.reject(f"profile failed: {err.reason}", stage="profile")
+            return
+        result.seconds["profile"] = runner.elapsed(start)
+        apply_profile(prof, result)
+        _violation(result, checks.clock_disagreement(prof, clock.batches))
+        if not result.violations:
+            check_timed_outputs(trusted, prof, result, opts, checker)
     if not result.violations:
         baselines_start = time.perf_counter()
         apply_baselines(reference, opts, prof, result)
@@ -172,16 +202,17 @@ def _violation(result: EvalResult, problem: str | None) -> None:
         result.error = result.error or "rejected while profiling: " + problem
 
 
-def check_timed_outputs(reference: Path, job: dict, prof: dict, result: EvalResult) -> None:
+def check_timed_outputs(trusted: dict, prof: dict, result: EvalResult, opts: EvalOptions,
+                        worker: runner.Prestarted | None = None) -> None:
     """A trusted worker recomputes the reference for a random sample of the timed runs (drawn here,
     after the profile) and judges the checksums the candidate's process took of those outputs."""
     runs = checks.sample_runs(prof.get("checksums") or [])
     if not runs:
         return _violation(result, "the profile reported no checksums of its timed outputs")
-    trusted = {k: job[k] for k in ("reference", "device", "precision", "seed", "cwd")}
+    rest = {"runs": runs, "pool_seeds": prof["pool_seeds"]}
     try:
-        verdict = runner.run_job({**trusted, "kind": "checksums", "runs": runs, "pool_seeds": prof["pool_seeds"]},
-                                 job.get("timeout_s", 600.0))
+        verdict = worker.run(rest) if worker else runner.run_job({**trusted, "kind": "checksums", **rest},
+                                                                   opts.timeout_s)
     except runner.JobFailed as err:
         return _violation(result, f"the timed outputs could not be checked: {err.reason}")
     result.seconds["checked_runs"] = verdict["checked"]

@@ -147,16 +147,53 @@ def scratch_root() -> str | None:
 def run_job(job: dict, timeout: float, clock: "ParentClock | None" = None) -> dict:
     """Run one job in a fresh worker; return its value or raise JobFailed. With a clock, the worker
     gets a pair of pipes and this process times each batch it announces (ParentClock)."""
-    _become_subreaper()
-    with tempfile.TemporaryDirectory(prefix="ks-job-", dir=scratch_root()) as tmp:
-        os.chmod(tmp, 0o700)
-        job = {**job, "result_path": str(Path(tmp) / "answer.json")}
-        job.setdefault("out_dir", str(Path(tmp) / "out"))
-        Path(job["out_dir"]).mkdir(parents=True, exist_ok=True)
-        log_path = Path(tmp) / "worker.log"
-        with clock.serving(job) if clock else contextlib.nullcontext():
-            code = _spawn_and_wait(job, timeout, log_path)
-        return _read_answer(job, code, log_path.read_text(errors="replace"), timeout)
+    with Prestarted(job, timeout, clock) as worker:
+        return worker.run({})
+
+
+class Prestarted:
+    """A fresh worker started before its job is complete: it imports torch and the harness while the
+    step before it runs (the judge while the candidate runs, say), then gets the rest of its job
+    (the candidate's facts). Its kind, device, paths, threads and jail are fixed when it starts.
+    A worker never sent its job is killed on leaving the `with` block; one process per job stays."""
+
+    def __init__(self, job: dict, timeout: float, clock: "ParentClock | None" = None):
+        _become_subreaper()
+        self.timeout, self.clock, self.proc, self._serving = timeout, clock, None, None
+        self._tmp = tempfile.TemporaryDirectory(prefix="ks-job-", dir=scratch_root())
+        os.chmod(self._tmp.name, 0o700)
+        self.job = {**job, "result_path": str(Path(self._tmp.name) / "answer.json")}
+        self.job.setdefault("out_dir", str(Path(self._tmp.name) / "out"))
+        Path(self.job["out_dir"]).mkdir(parents=True, exist_ok=True)
+        self.log_path = Path(self._tmp.name) / "worker.log"
+
+    def __enter__(self) -> "Prestarted":
+        self._serving = self.clock.serving(self.job) if self.clock else contextlib.nullcontext()
+        self._serving.__enter__()
+        try:
+            self.proc, self._log = _spawn(self.job, self.log_path)
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def run(self, rest: dict) -> dict:
+        """Send the rest of the job; the worker's value, or JobFailed."""
+        job = {**self.job, **rest}
+        code = _wait(self.proc, job, self.timeout)
+        return _read_answer(job, code, self.log_path.read_text(errors="replace"), self.timeout)
+
+    def __exit__(self, *exc) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self.proc is not None:
+            if self.proc.returncode is None:  # never sent its job, or interrupted
+                _reap(self.proc, self.job["job_id"])
+            self._log.close()
+        if self._serving is not None:
+            self._serving.__exit__(None, None, None)
+        self._tmp.cleanup()
 
 
 class ParentClock:
@@ -201,14 +238,15 @@ class ParentClock:
                 self.batches.setdefault(name, []).append((time.perf_counter() - start) * 1e3)
 
 
-def run_jobs_sharing_dir(jobs_fn, timeout: float):
-    """Run dependent jobs that share one private out_dir (e.g. candidate then judge)."""
+def run_jobs_sharing_dir(jobs_fn):
+    """Run dependent jobs that share one private out_dir (e.g. candidate then judge): jobs_fn gets
+    {"out_dir": ...} to merge into each of its jobs."""
     _become_subreaper()
     with tempfile.TemporaryDirectory(prefix="ks-jobs-", dir=scratch_root()) as tmp:
         os.chmod(tmp, 0o700)
         out_dir = Path(tmp) / "shared"
         out_dir.mkdir()
-        return jobs_fn(lambda job: run_job({**job, "out_dir": str(out_dir)}, timeout))
+        return jobs_fn({"out_dir": str(out_dir)})
 
 
 _THREAD = threading.local()
@@ -249,26 +287,40 @@ def worker_command(job: dict, job_dir: str) -> tuple[list[str], object]:
     return jail.reaped(argv), jail.die_with_parent()
 
 
-def _spawn_and_wait(job: dict, timeout: float, log_path: Path) -> int | None:
+def _spawn(job: dict, log_path: Path) -> tuple[subprocess.Popen, object]:
     job["job_id"] = uuid.uuid4().hex
-    if job["kind"] in jail.UNTRUSTED_JOBS:
-        toolchain.choose_compiler([])  # probed here, trusted: the jail cannot write the verdict cache
+    # probed here, trusted (the jail cannot write the verdict cache), before every worker: $CXX is part of
+    # a build's stamp, so the op watch built by "prepare" must see the $CXX a jailed profile will see
+    toolchain.choose_compiler([])
     argv, preexec = worker_command(job, str(log_path.parent))
-    with open(log_path, "wb") as log:
+    log = open(log_path, "wb")
+    try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec,
             env=_worker_env(job), start_new_session=True, cwd=job.get("cwd"), pass_fds=job.pop("pass_fds", ()),
         )
-        try:
-            _send(proc, job)
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:  # also on Ctrl-C: the worker and its strays die before the interrupt goes on
-            _kill_group(proc)
-            proc.wait()
-            kill_strays(job["job_id"])
+    except BaseException:
+        log.close()
+        raise
+    return proc, log
+
+
+def _wait(proc: subprocess.Popen, job: dict, timeout: float) -> int | None:
+    """Send the job, wait for the worker; its exit code, or None when it ran past the timeout."""
+    try:
+        _send(proc, job)
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:  # also on Ctrl-C: the worker and its strays die before the interrupt goes on
+        _reap(proc, job["job_id"])
     return code
+
+
+def _reap(proc: subprocess.Popen, job_id: str) -> None:
+    _kill_group(proc)
+    proc.wait()
+    kill_strays(job_id)
 
 
 def _send(proc: subprocess.Popen, job: dict) -> None:

@@ -48,19 +48,24 @@ def _drop_cwd_from_path() -> None:
 
 def main() -> int:
     _drop_cwd_from_path()
+    try:  # torch and the harness before the job: a worker started ahead of it (runner.Prestarted)
+        handlers, failed = _handlers(), None  # imports them while the step before it runs
+    except BaseException as err:  # noqa: BLE001  (reported as the job's answer below)
+        handlers, failed = {}, (err, traceback.format_exc(limit=12))
     job = json.loads(sys.stdin.read())
     os.environ["KERNELSMITH_DEVICE"] = job.get("device", "cpu")
-    result_path = job["result_path"]
     try:
+        if failed:
+            raise failed[0]
         if job["kind"] in ("candidate", "profile"):  # a candidate's own load_inline builds with $CXX too
             from kernelsmith.evaluation import toolchain
 
             toolchain.choose_compiler([])
-        answer = {"ok": True, "value": _handlers()[job["kind"]](job)}
+        answer = {"ok": True, "value": handlers[job["kind"]](job)}
     except BaseException as err:  # the candidate may raise anything; it is a failed attempt
         answer = {"ok": False, "error": f"{type(err).__name__}: {err}".strip(),
-                  "traceback": traceback.format_exc(limit=12)}
-    with open(result_path, "w") as f:
+                  "traceback": (failed[1] if failed else "") + traceback.format_exc(limit=12)}
+    with open(job["result_path"], "w") as f:
         json.dump(answer, f, default=str)
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: a broken CUDA context must not hang the exit
