@@ -343,3 +343,27 @@ def test_a_genuine_entry_copied_from_another_tasks_workdir_does_not_count(root, 
     assert not repo.is_kernel_commit(theirs)
     assert theirs not in [c["sha"] for c in repo.kernel_commits()]
     assert KernelRepo(other).is_kernel_commit(theirs) and mine != theirs
+
+
+def test_sessions_starting_at_once_in_one_process_share_one_ledger_key(tmp_path, monkeypatch):
+    """Bench workers are threads of one process: their first ledger writes race to make the key.
+    Every one gets the same key, and none fails (each wrote its own temp file before linking)."""
+    import threading
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "fresh-config"))
+    start, keys, errors = threading.Barrier(8), [], []
+
+    def make() -> None:
+        start.wait()
+        try:
+            keys.append(ledger.own_key())
+        except Exception as err:  # noqa: BLE001
+            errors.append(str(err))
+
+    threads = [threading.Thread(target=make) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(keys) == 8 and len(set(keys)) == 1
+    assert [p.name for p in (tmp_path / "fresh-config" / "kernelsmith").iterdir()] == ["ledger.key"]

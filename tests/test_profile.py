@@ -151,7 +151,8 @@ def test_compile_baselines_are_measured_once_then_cached(candidate, run_eval, tm
     assert first.speedup_vs_compile == pytest.approx(first.timings_ms["compile"] / first.timings_ms["candidate"])
     entries = json.loads(cache.read_text())
     assert len(entries) == 1 and "eager_ms" in next(iter(entries.values()))
-    cached = run_eval(path, profile=True, compile_baseline=True, cache_path=cache, min_runs=20, eager_drift=100.0)
+    cached = run_eval(path, profile=True, compile_baseline=True, cache_path=cache, min_runs=20, eager_drift=100.0,
+                      live_slowdown=100.0)
     assert any("from cache" in note for note in cached.notes), cached.notes
     assert cached.timings_ms["compile"] == first.timings_ms["compile"]
     # when live eager has moved further than allowed, the cached entry is not trusted

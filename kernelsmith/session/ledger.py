@@ -63,7 +63,7 @@ def _create_key(path: Path) -> None:
 def _write_new_key(path: Path) -> None:
     """Written aside and linked into place, so a racing process reads a whole key or makes its own."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    aside = path.with_name(f".{KEY_FILE}.{os.getpid()}")
+    aside = path.with_name(f".{KEY_FILE}.{os.getpid()}.{os.urandom(6).hex()}")  # per process and thread
     fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(os.urandom(32).hex() + "\n")
