@@ -22,15 +22,9 @@ from kernelsmith.evaluation.evaluate import evaluate  # noqa: E402
 from kernelsmith.evaluation.options import EvalOptions  # noqa: E402
 import redteam  # noqa: E402
 
-SELF = '''import torch, torch.nn as nn, torch.nn.functional as F
-class ModelNew(nn.Module):
-    def __init__(self, n_features, scale):
-        super().__init__()
-        self.bias = nn.Parameter(torch.empty(n_features))
-        self.scale = scale
-    def forward(self, x):
-        return F.gelu(x + self.bias, approximate="none") * self.scale
-'''
+# the reference itself as the candidate: eager beside eager, no kernels loaded
+SELF = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n" + redteam.MODEL.format(
+    body='return F.gelu(x + self.bias, approximate="none") * self.scale')
 
 
 def show(label: str, result) -> None:
