@@ -108,6 +108,10 @@ case "$STEP" in
       timeout 90 python3 bench/timer_agreement.py $K/level1/21_Sigmoid.py $K/level1/89_cumsum.py \
         $K/level2/45_Gemm_Sigmoid_LogSumExp.py --out "$OUT" 2>&1 | grep -v Warn | tee "$OUT/timer.log" | tail -7
     fi ;;
-  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|harness-v3-versions|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
+  eager-drift)  # why eager beside a candidate is 15-25% slower than in a clean process: the honest red-team
+                # kernel and the reference-as-candidate, jail on and off, two runs each (about 6 min cold)
+    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    timeout 560 python3 bench/probes/eager_drift.py --runs 2 2>&1 | grep -v Warn | tee "$OUT/eager_drift.log" | tail -20 ;;
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|harness-v3-versions|eager-drift|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
      exit 2 ;;
 esac
