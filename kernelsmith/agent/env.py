@@ -239,8 +239,9 @@ class KernelEnv:
             self.summary = outcome.extra.get("summary", "")
         if last:
             outcome.content += "\n" + self.budget_line()
-            if not self.done and self.exhausted():  # after the turn's last call: every call of it runs
-                self.done, self.reason = True, self.exhausted()
+            spent = self.exhausted()
+            if spent and not self.done:  # after the turn's last call: every call of it runs
+                self.done, self.reason = True, spent
         obs = self._observe(outcome.content, call, outcome, seconds)
         self.messages.append(obs.message())
         self.recorder.emit("tool_result", turn=self.turn, tool_call_id=call.id, name=call.name, ok=outcome.ok,

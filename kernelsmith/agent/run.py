@@ -62,7 +62,7 @@ def resume(settings: Settings, workdir: Path, session: str, listeners: list[List
         backend.skip(state.turn)  # a replayed script goes on where the session stopped
         env = _env(settings, backend, sandbox, listeners)
         env.reset(workdir, resume=state.session_id)
-    return _drive(_agent(settings, backend, env, on_text), env, env.pending)
+    return _drive(_agent(settings, backend, env, on_text), env)
 
 
 def _env(settings: Settings, backend: Backend, sandbox, listeners) -> KernelEnv:
@@ -82,13 +82,14 @@ def _agent(settings: Settings, backend: Backend, env: KernelEnv, on_text: TextSi
     return Agent(backend, env, context_window(backend_name(settings), settings), on_text=on_text)
 
 
-def _drive(agent: Agent, env: KernelEnv, pending: list[dict] | None = None) -> Ending:
+def _drive(agent: Agent, env: KernelEnv) -> Ending:
     """Run the loop and always close the env (also on Ctrl-C and on errors): it records how the
-    session ended, with the files in .git/ that run programs and changed during it."""
-    reason, changed = "error", []
+    session ended, with the files in .git/ that run programs and changed during it. A resumed
+    session's pending tool calls run first."""
+    reason = "error"
     try:
-        if pending:
-            env.step_all([ToolCall(**c) for c in pending])
+        if env.pending:
+            env.step_all([ToolCall(**c) for c in env.pending])
         reason = "finish" if env.reason == "finish" else agent.run()
     except KeyboardInterrupt:
         reason = "interrupted"

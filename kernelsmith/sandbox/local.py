@@ -22,6 +22,7 @@ evaluation slots), so queued evaluations never starve builds of threads.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import subprocess
@@ -133,12 +134,8 @@ class LocalSandbox(Submitting):
         return self._on_slot(lambda: evaluate.evaluate(Path(reference), Path(candidate), opts), opts)
 
     def _warm(self, workdir: Path, opts: EvalOptions) -> dict:
-        index = self._free.get()  # the slot, like any evaluation: no candidate shares the GPU with it
-        try:
-            with runner.extra_env(self.slots[index].env):
-                return evaluate.warm_workdir(workdir, opts)
-        finally:
-            self._free.put(index)
+        with self._slot():  # like any evaluation: no candidate shares the GPU with it
+            return evaluate.warm_workdir(workdir, opts)
 
     def close(self) -> None:
         """Cancel queued submissions and wait for running ones (their workers have timeouts)."""
@@ -156,18 +153,26 @@ class LocalSandbox(Submitting):
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _on_slot(self, job: Callable[[], EvalResult], opts: EvalOptions) -> EvalResult:
-        index = self._free.get()  # blocks until a slot is free: one evaluation per GPU
-        slot, start = self.slots[index], time.time()
-        result, error = None, False
+    @contextlib.contextmanager
+    def _slot(self):
+        """An evaluation slot, with its GPU pinned for the workers started inside; blocks until one is
+        free (one evaluation per GPU), and goes back also on KeyboardInterrupt."""
+        index = self._free.get()
         try:
-            with runner.extra_env(slot.env):
-                result = job()
-        except Exception as err:  # noqa: BLE001  (a rejected result, never an exception to the caller)
-            result, error = _sandbox_failure(err, opts), True
-        finally:  # also on KeyboardInterrupt: the slot must go back before the interrupt goes on
-            self._ledger.record("evaluate", slot.label, start, result is not None and result.clean, error)
+            with runner.extra_env(self.slots[index].env):
+                yield self.slots[index]
+        finally:
             self._free.put(index)
+
+    def _on_slot(self, job: Callable[[], EvalResult], opts: EvalOptions) -> EvalResult:
+        with self._slot() as slot:
+            start, result, error = time.time(), None, False
+            try:
+                result = job()
+            except Exception as err:  # noqa: BLE001  (a rejected result, never an exception to the caller)
+                result, error = _sandbox_failure(err, opts), True
+            finally:
+                self._ledger.record("evaluate", slot.label, start, result is not None and result.clean, error)
         result.notes.append(f"sandbox: local {slot.label}")
         return result
 
