@@ -143,3 +143,29 @@ def test_a_missing_workdir_is_not_created_by_its_lock(tmp_path):
         with workdir_lock(tmp_path / "missing", "x"):
             pass
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_lock_held_by_nobody_named_is_waited_for_briefly_and_a_named_one_is_not(root):
+    """A child forked a moment before a release holds the lock's descriptor until it execs: the lock is
+    held, and names nobody. That is waited for (up to lock.NAMELESS_WAIT_S); a named holder is refused at once."""
+    import fcntl
+    import time
+
+    from kernelsmith.lock import lock_path
+
+    fd = os.open(lock_path(root), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.ftruncate(fd, 0)  # held, nobody named
+    threading.Timer(0.3, os.close, args=(fd,)).start()
+    started = time.monotonic()
+    with workdir_lock(root, "test"):
+        assert time.monotonic() - started >= 0.25
+    fd = os.open(lock_path(root), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.pwrite(fd, b'{"pid": 1, "command": "kernelsmith optimize"}', 0)
+    try:
+        with pytest.raises(WorkdirBusy, match="pid 1"):
+            with workdir_lock(root, "test"):
+                pass
+    finally:
+        os.close(fd)
