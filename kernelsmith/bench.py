@@ -12,19 +12,18 @@ The report (results.json, results.md, speedups.png) comes from bench_report.py.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from kernelsmith import HARNESS_VERSION, bench_report
+from kernelsmith.agent.fleet import Episode, Fleet, level_of
 from kernelsmith.config import Settings
 from kernelsmith.errors import BadInput, KernelsmithError
 
-LEVEL = re.compile(r"^level\d+$")
 LAUNCH_BOUND_MS = 0.02  # eager below this is launch overhead, not kernel time: flagged
 
 
@@ -55,38 +54,11 @@ def task_files(paths: list[Path]) -> list[Path]:
     return files
 
 
-def level_of(path: Path) -> str:
-    """The level folder a task lies in (level1, level2, ...), or "" when there is none."""
-    return next((part for part in reversed(path.parent.parts) if LEVEL.match(part)), "")
-
-
-def row_key(row: dict) -> tuple[str, str, int]:
-    return row["level"], row["task"], row["run"]
-
-
 def blank_row(path: Path, run: int) -> dict[str, Any]:
-    return {"level": level_of(path), "task": path.stem, "path": str(path), "run": run, "status": "pending",
-            "correct": False, "speedup_vs_eager": None, "speedup_vs_compile": None, "reward": -1.0, "turns": 0,
-            "tokens": {"input": 0, "output": 0}, "cost_usd": 0.0, "wall_s": 0.0, "lint_flags": [], "error": "",
-            "session_id": "", "best_sha": "", "harness_version": HARNESS_VERSION}
-
-
-class RowLog:
-    """rows.jsonl: appended and flushed per finished row, from any thread."""
-
-    def __init__(self, out: Path):
-        out.mkdir(parents=True, exist_ok=True)
-        self.path = out / "rows.jsonl"
-        self.lock = threading.Lock()
-
-    def finished(self) -> dict[tuple, dict]:
-        """The latest row of every (task, run) that ended, done or failed (not error or pending)."""
-        rows = bench_report.load_rows(self.path.parent) if self.path.is_file() else []
-        return {row_key(r): r for r in rows if r["status"] in ("done", "failed")}
-
-    def append(self, row: dict) -> None:
-        with self.lock, open(self.path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+    return Episode(path, run, Path()).row(
+        correct=False, speedup_vs_eager=None, speedup_vs_compile=None, reward=-1.0, turns=0,
+        tokens={"input": 0, "output": 0}, cost_usd=0.0, lint_flags=[], session_id="", best_sha="",
+        harness_version=HARNESS_VERSION)
 
 
 def workdir_for(plan: BenchPlan, path: Path, run: int) -> Path:
@@ -107,42 +79,40 @@ def session_settings(plan: BenchPlan) -> Settings:
 
 # --- one optimize session per (task, run) --------------------------------------------
 
-def run_one(plan: BenchPlan, sandbox, path: Path, run: int, lint_flags: list[str]) -> dict[str, Any]:
-    """One session, start or resume; any failure becomes a row with the reason, never an exception."""
+def run_one(plan: BenchPlan, sandbox, episode: Episode, lint_flags: list[str],
+            stop: threading.Event | None = None) -> dict[str, Any]:
+    """One session, started or resumed; the fleet turns an exception into an error row."""
     from kernelsmith.agent import run as session
 
-    row = {**blank_row(path, run), "lint_flags": sorted(lint_flags)}
+    row = {**blank_row(episode.task, episode.run), "lint_flags": sorted(lint_flags)}
     start = time.perf_counter()
-    workdir = workdir_for(plan, path, run)
-    try:
-        ending = _start_or_resume(plan, sandbox, path, workdir, session)
-    except Exception as err:  # one task's failure (API, git, a bug) must not end the whole bench
-        reason = str(err) if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
-        return {**row, "status": "error", "error": reason[:500], "wall_s": round(time.perf_counter() - start, 1)}
+    ending = _start_or_resume(plan, sandbox, episode, session, stop)
     row.update(_ending_fields(ending))
-    events = _session_events(workdir, ending.session_id)
-    if not ending.best:
+    events = _session_events(episode.workdir, ending.session_id)
+    if not ending.best and ending.reason != "interrupted":
         row["error"] = _failure_reason(events, ending)[:500]
     row["lint_flags"] = sorted(set(lint_flags) | set(_eager_flags(events)))
     row["wall_s"] = round(time.perf_counter() - start, 1)
     return row
 
 
-def _start_or_resume(plan: BenchPlan, sandbox, path: Path, workdir: Path, session):
+def _start_or_resume(plan: BenchPlan, sandbox, episode: Episode, session, stop):
     from kernelsmith.session.reader import load_session, session_paths
 
-    settings = session_settings(plan)
+    settings, workdir = session_settings(plan), episode.workdir
     records = list(session_paths(workdir)) if workdir.exists() else []
-    if records and load_session(records[-1]).end is None:  # cut off by an interrupted bench
-        return session.resume(settings, workdir, records[-1].parent.name, [], None, sandbox=sandbox)
+    last = load_session(records[-1]) if records else None
+    if last and (last.end is None or last.end.get("reason") == "interrupted"):  # cut off by an interrupted bench
+        return session.resume(settings, workdir, records[-1].parent.name, [], None, sandbox=sandbox, stop=stop)
     if not workdir.exists():
-        session.prepare_workdir(str(path), workdir, plan.device, settings.precision, [], None)
-    return session.start(settings, workdir, [], None, sandbox=sandbox)
+        session.prepare_workdir(str(episode.task), workdir, plan.device, settings.precision, [], None)
+    return session.start(settings, workdir, [], None, sandbox=sandbox, stop=stop)
 
 
 def _ending_fields(ending) -> dict[str, Any]:
     best = ending.best
-    fields = {"status": "done" if best else "failed", "correct": best is not None, "turns": ending.turns,
+    status = "interrupted" if ending.reason == "interrupted" else "done" if best else "failed"
+    fields = {"status": status, "correct": best is not None, "turns": ending.turns,
               "tokens": {"input": ending.usage.input_tokens + ending.usage.cache_read_tokens,
                          "output": ending.usage.output_tokens},
               "cost_usd": round(ending.usage.cost_usd, 4), "session_id": ending.session_id}
@@ -186,25 +156,19 @@ def _eager_flags(events: list[dict]) -> list[str]:
 Progress = Callable[[dict], None]
 
 
+def episodes(plan: BenchPlan, tasks: list[Path]) -> list[Episode]:
+    return [Episode(path, run, workdir_for(plan, path, run)) for path in tasks for run in range(plan.runs)]
+
+
 def run_bench(plan: BenchPlan, tasks: list[Path], sandbox, on_row: Progress | None = None,
-              on_lint: Callable[[Path, list[str]], None] | None = None) -> list[dict]:
-    """Run every (task, run) not already finished; returns all rows, old and new."""
-    log = RowLog(plan.out)
-    done = log.finished() if plan.resume else {}
-    if not plan.resume and log.path.exists() and log.path.stat().st_size:
-        raise BadInput(f"{plan.out} already holds a bench", hint="pass --resume to continue it, or another --out")
-    todo = [(p, r) for p in tasks for r in range(plan.runs) if (level_of(p), p.stem, r) not in done]
-    flags = lint_all(plan, sorted({p for p, _ in todo}), on_lint) if plan.lint else {}
-    rows = list(done.values())
-    with ThreadPoolExecutor(max(1, plan.workers)) as pool:
-        futures = [pool.submit(run_one, plan, sandbox, p, r, flags.get(str(p), [])) for p, r in todo]
-        for future in as_completed(futures):
-            row = future.result()
-            log.append(row)
-            rows.append(row)
-            if on_row:
-                on_row(row)
-    return rows
+              on_lint: Callable[[Path, list[str]], None] | None = None,
+              on_stop: Callable[[int], None] | None = None) -> list[dict]:
+    """Run every (task, run) not already finished, through the fleet; returns all rows, old and new."""
+    fleet = Fleet(plan.out, plan.workers, plan.resume)
+    todo = fleet.pending(episodes(plan, tasks))
+    flags = lint_all(plan, sorted({e.task for e in todo}), on_lint) if plan.lint else {}
+    return fleet.run(todo, lambda e: run_one(plan, sandbox, e, flags.get(str(e.task), []), fleet.stop), on_row,
+                     on_stop)
 
 
 def lint_all(plan: BenchPlan, tasks: list[Path],
@@ -263,27 +227,19 @@ def eval_only(plan: BenchPlan, references: Path, candidates: Path, sandbox,
 
     opts = EvalOptions(device=plan.device, precision=plan.settings.precision, trials=plan.settings.trials,
                        cache_path=baselines_cache(plan))
-    log = RowLog(plan.out)
+    pairs = dict(match_candidates(references, candidates))
 
-    def score(pair) -> dict:
-        ref, cand = pair
-        row = blank_row(ref, 0)
+    def score(episode: Episode) -> dict:
+        row, cand = blank_row(episode.task, 0), pairs[episode.task]
         if cand is None:
             return {**row, "status": "failed", "error": "no candidate at the matching path"}
-        start = time.perf_counter()
-        result = sandbox.evaluate_files(ref, cand, replace(opts))
+        result = sandbox.evaluate_files(episode.task, cand, replace(opts))
         return {**row, "status": "done" if result.clean else "failed", "correct": result.clean,
                 "speedup_vs_eager": result.speedup_vs_eager, "speedup_vs_compile": result.speedup_vs_compile,
-                "reward": result.reward, "error": result.error[:300], "wall_s": round(time.perf_counter() - start, 1)}
+                "reward": result.reward, "error": result.error[:300]}
 
-    rows = []
-    with ThreadPoolExecutor(max(1, plan.workers)) as pool:
-        for row in pool.map(score, match_candidates(references, candidates)):
-            log.append(row)
-            rows.append(row)
-            if on_row:
-                on_row(row)
-    return rows
+    fleet = Fleet(plan.out, plan.workers, plan.resume)
+    return fleet.run([Episode(ref, 0, plan.out) for ref in pairs], score, on_row)
 
 
 def report(plan: BenchPlan, rows: list[dict]) -> dict:

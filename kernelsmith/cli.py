@@ -404,9 +404,13 @@ def _bench_rows(bench_mod, plan, paths: list[Path], pool, eval_only: bool) -> li
         def on_lint(path: Path, flags: list[str]) -> None:
             bar.console.print(f"lint {bench_mod.level_of(path) or '-'}/{path.stem}: {', '.join(flags) or 'ok'}")
 
+        def on_stop(running: int) -> None:
+            bar.console.print(f"interrupted: waiting for {running} running session(s) to end their turn "
+                              "(Ctrl-C again quits now); continue with --resume")
+
         if eval_only:
             return bench_mod.eval_only(plan, paths[0], paths[1], pool, on_row)
-        return bench_mod.run_bench(plan, tasks, pool, on_row, on_lint)
+        return bench_mod.run_bench(plan, tasks, pool, on_row, on_lint, on_stop)
 
 
 def _row_line(row: dict) -> str:

@@ -171,3 +171,33 @@ def test_a_session_with_no_correct_kernel_says_why_in_its_row(task_set, tmp_path
     assert "could not beat it" in row["error"]  # how the session ended
     assert "last profile (verify): rejected: torch compute" in row["error"] and "aten.mul" in row["error"]  # and what the harness rejected
     assert "level1/1_axpb: failed: " in proc.stdout and "torch compute" in proc.stdout
+
+
+def test_ctrl_c_ends_the_running_session_at_its_turn_and_resume_continues_that_session(task_set, tmp_path):
+    """The user's ^C in a bench: no new session starts, the running one ends after its turn with its row
+    marked interrupted (exit 130), and --resume continues that same session from its record."""
+    import signal
+
+    out = tmp_path / "out"
+    args = ["bench", task_set / "tasks", "--backend", "scripted", "--script", task_set / "script.json",
+            "--device", "cpu", "--workers", "1", "--out", out, "--no-lint"]
+    proc = subprocess.Popen(CLI + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, "PYTHONUNBUFFERED": "1"})
+    seen = []
+    for line in proc.stdout:  # the first finished task's line: the second session has just started
+        seen.append(line)
+        if ": correct, " in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest, err = proc.communicate(timeout=600)
+    assert proc.returncode == 130, "".join(seen) + rest + err
+    assert "waiting for 1 running session" in rest
+    rows = {r["task"]: r for r in map(json.loads, (out / "rows.jsonl").read_text().splitlines())}
+    first, second = sorted(rows.values(), key=lambda r: r["status"])  # done < interrupted
+    assert first["status"] == "done" and second["status"] == "interrupted" and second["turns"] < 3
+
+    resumed = ks(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    final = json.loads((out / "rows.jsonl").read_text().splitlines()[-1])
+    assert final["task"] == second["task"] and final["status"] == "done" and final["correct"]
+    assert final["session_id"] == second["session_id"] and final["turns"] == 3  # the same session, continued

@@ -20,6 +20,7 @@ backends send only the text. docs/env.md has the contract.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -131,8 +132,9 @@ class KernelEnv:
     """One session in one workdir: reset, then model_turn and step until done, then close."""
 
     def __init__(self, settings: Settings, sandbox=None, listeners: list[Listener] | None = None,
-                 model: dict[str, str] | None = None):
+                 model: dict[str, str] | None = None, stop: threading.Event | None = None):
         self.settings, self.sandbox, self.listeners = settings, sandbox, list(listeners or [])
+        self.stop = stop  # set by a fleet that was interrupted: the session ends at its next turn
         self.model_info = model or {}  # backend and model names for the session record
         self.budget = budget_of(settings)
         self.turn, self.usage, self.elapsed_before_s = 0, Usage(), 0.0
@@ -205,7 +207,9 @@ class KernelEnv:
         return self.elapsed_before_s + time.monotonic() - self.started
 
     def exhausted(self) -> str:
-        """Why the budget is spent ("" while it is not)."""
+        """Why the budget is spent, or why the session must stop ("" while it goes on)."""
+        if self.stop is not None and self.stop.is_set():
+            return "interrupted"
         return self.budget.exhausted(self.turn, self.usage.cost_usd, self.elapsed())
 
     def budget_line(self) -> str:

@@ -6,6 +6,7 @@ one; 2 for bad input (raised as BadInput before anything is written).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,18 +39,18 @@ class Ending:
 
 
 def start(settings: Settings, workdir: Path, listeners: list[Listener], on_text: TextSink | None,
-          sandbox=None) -> Ending:
+          sandbox=None, stop: threading.Event | None = None) -> Ending:
     """A new session in an existing workdir; evaluations go to `sandbox` when given. The session
     holds the workdir's writer lock from before it saves the user's changes to after its end."""
     backend = create_backend(settings)  # a bad key or URL fails here, before anything is written
     wd.WorkdirConfig.load(workdir)
-    env = _env(settings, backend, sandbox, listeners)
+    env = _env(settings, backend, sandbox, listeners, stop)
     env.reset(workdir)
     return _drive(_agent(settings, backend, env, on_text), env)
 
 
 def resume(settings: Settings, workdir: Path, session: str, listeners: list[Listener],
-           on_text: TextSink | None, sandbox=None) -> Ending:
+           on_text: TextSink | None, sandbox=None, stop: threading.Event | None = None) -> Ending:
     """Continue a session after Ctrl-C, a crash or kill -9, from its record alone (and the
     ledger: a best commit kernelsmith did not make is no best). A resumed session writes too."""
     wd.WorkdirConfig.load(workdir)  # not a workdir: that error, not one about its lock
@@ -60,13 +61,13 @@ def resume(settings: Settings, workdir: Path, session: str, listeners: list[List
         settings = _resumed_settings(state, settings)
         backend = create_backend(settings)
         backend.skip(state.turn)  # a replayed script goes on where the session stopped
-        env = _env(settings, backend, sandbox, listeners)
+        env = _env(settings, backend, sandbox, listeners, stop)
         env.reset(workdir, resume=state.session_id)
     return _drive(_agent(settings, backend, env, on_text), env)
 
 
-def _env(settings: Settings, backend: Backend, sandbox, listeners) -> KernelEnv:
-    return KernelEnv(settings, sandbox, listeners, model={"backend": backend.name, "model": backend.model})
+def _env(settings: Settings, backend: Backend, sandbox, listeners, stop=None) -> KernelEnv:
+    return KernelEnv(settings, sandbox, listeners, model={"backend": backend.name, "model": backend.model}, stop=stop)
 
 
 def _resumed_settings(state: reader.SessionState, flags: Settings) -> Settings:
