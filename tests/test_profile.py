@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import torch
 
 from conftest import HONEST
 from kernelsmith.harness.compare import compare
@@ -365,3 +366,44 @@ def test_the_parents_clock_check_allows_noise_and_catches_a_third():
     faked = {"candidate": [3.3] * 40, "eager": honest["eager"]}  # it took 3 ms and reported 1
     assert "parent's clock" in checks.clock_disagreement({"batches": host}, faked)
     assert "do not match" in checks.clock_disagreement({"batches": host}, {"candidate": [1.0]})
+
+
+@pytest.mark.parametrize("make", [
+    lambda g: torch.randn(4096, 2048, generator=g),  # many rows
+    lambda g: torch.randn(4096, 2048, generator=g) + 1000.0,  # a large mean: cancellation in the sum
+    lambda g: torch.randn(3001, generator=g) * torch.logspace(-3, 3, 3001),  # a tail past the last row
+    lambda g: torch.randn(2048, 3, generator=g).t(),  # not contiguous
+    lambda g: torch.randn(5000, generator=g).half(),
+])
+def test_timed_output_checksums_match_float64_far_inside_their_bound(make):
+    """The checksum is reduced per row at float32: its error must stay far below the bound it is judged by
+    (2x the fp32 relative L2 bound), or honest timed runs would fail and cheats within it would pass."""
+    from kernelsmith.harness.compare import tolerance_for
+    from kernelsmith.harness.profile import checksum
+
+    out = make(torch.Generator().manual_seed(5))
+    exact = out.double()
+    total, norm, n = checksum(out)
+    bound = 2 * tolerance_for(torch.float32, "fp32").rel_l2
+    assert n == out.numel()
+    assert abs(norm - float(exact.norm())) <= 1e-3 * bound * float(exact.norm())
+    assert abs(total - float(exact.sum())) <= 1e-3 * bound * n ** 0.5 * float(exact.norm())
+
+
+def test_a_timed_output_is_freed_only_after_the_parents_bracket():
+    """The candidate's previous output is kept alive while the next is checked for aliasing; dropping it
+    inside the parent's bracket would charge the candidate alone for unmapping it (milliseconds for a large
+    CPU tensor), and an honest kernel would then look like one that works outside its timed window."""
+    import weakref
+
+    from kernelsmith.harness.profile import Checksums
+
+    sums = Checksums("cpu")
+    first = torch.randn(64)
+    gone = weakref.ref(first)
+    sums.record("candidate", (0, 1.0), first)
+    del first
+    sums.record("candidate", (1, 1.0), torch.randn(64))  # inside the bracket: the first output still lives
+    assert gone() is not None and not sums.problems
+    sums.release()  # after the bracket
+    assert gone() is None

@@ -280,7 +280,7 @@ def _worker_env(job: dict) -> dict:
 def worker_command(job: dict, job_dir: str) -> tuple[list[str], object]:
     """The worker's argv and preexec_fn: jobs that load or compile candidate code run in the jail,
     trusted ones in a PID namespace of their own; every worker dies with its parent."""
-    argv = [sys.executable, "-m", "kernelsmith.harness.worker"]
+    argv = [sys.executable, "-m", "kernelsmith.harness.worker", job["kind"]]  # the kind: what to import early
     if job["kind"] in jail.UNTRUSTED_JOBS:
         spec = jail.worker_spec(job, job_dir)
         return jail.wrap(argv, spec), jail.die_with_parent(spec.limits)

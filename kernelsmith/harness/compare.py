@@ -104,14 +104,22 @@ def compare(candidate: torch.Tensor, reference: torch.Tensor, precision: str, st
 
 
 CHUNK = 1 << 26  # elements per comparison chunk: bounds the float64 temporaries to ~0.5 GB each
+# On the CPU every fresh temporary of a large chunk is page-faulted in (glibc maps big blocks anew each
+# time): chunks that stay in the heap and the cache compare a 32 MB output 8x faster.
+CPU_CHUNK = 1 << 18
+
+
+def chunk_for(x: torch.Tensor) -> int:
+    """Elements per float64 chunk on x's device."""
+    return CPU_CHUNK if x.device.type == "cpu" else CHUNK
 
 
 def reference_scale(ref: torch.Tensor) -> tuple[float, float]:
     """(RMS, max |r|) over the finite elements of the reference, in float64, chunked."""
-    flat = ref.reshape(-1)
+    flat, chunk = ref.reshape(-1), chunk_for(ref)
     sq, top, count = 0.0, 0.0, 0
-    for lo in range(0, flat.numel(), CHUNK):
-        r = flat[lo:lo + CHUNK].double()
+    for lo in range(0, flat.numel(), chunk):
+        r = flat[lo:lo + chunk].double()
         finite = torch.isfinite(r)
         a = torch.where(finite, r.abs(), torch.zeros((), dtype=torch.float64, device=r.device))
         sq += float((a * a).sum())
@@ -124,9 +132,9 @@ def sensitivity(jittered: torch.Tensor, ref: torch.Tensor) -> tuple[float, float
     """How far the reference moved under the input jitter: (relative L2, max abs), over the
     reference's finite elements; infinite when the jittered output lost finiteness there."""
     j_flat, r_flat = jittered.reshape(-1).to(ref.device), ref.reshape(-1)
-    sq_d, sq_r, top = 0.0, 0.0, 0.0
-    for lo in range(0, r_flat.numel(), CHUNK):
-        j, r = j_flat[lo:lo + CHUNK].double(), r_flat[lo:lo + CHUNK].double()
+    sq_d, sq_r, top, chunk = 0.0, 0.0, 0.0, chunk_for(ref)
+    for lo in range(0, r_flat.numel(), chunk):
+        j, r = j_flat[lo:lo + chunk].double(), r_flat[lo:lo + chunk].double()
         finite = torch.isfinite(r)
         if bool((finite & ~torch.isfinite(j)).any()):
             return math.inf, math.inf
@@ -155,12 +163,13 @@ def _compare_floating(cand: torch.Tensor, ref: torch.Tensor, tol: Tolerance, jit
     e_flat = eager.reshape(-1) if eager is not None else None
     totals = {"extra_nan": 0, "bad_inf": 0, "mismatched": 0, "max_abs_err": 0.0, "max_rel_err": 0.0,
               "max_tol_ratio": 0.0, "sq_err": 0.0, "sq_ref": 0.0, "first": None}
-    for lo in range(0, c_flat.numel(), CHUNK):
+    chunk = chunk_for(ref)
+    for lo in range(0, c_flat.numel(), chunk):
         room = None
         if e_flat is not None:
-            gap = (e_flat[lo:lo + CHUNK].double() - r_flat[lo:lo + CHUNK].double()).abs()
+            gap = (e_flat[lo:lo + chunk].double() - r_flat[lo:lo + chunk].double()).abs()
             room = torch.nan_to_num(gap, nan=0.0, posinf=0.0).mul_(EAGER_FACTOR)
-        _compare_chunk(c_flat[lo:lo + CHUNK].double(), r_flat[lo:lo + CHUNK].double(), atol, tol.rtol, lo, totals,
+        _compare_chunk(c_flat[lo:lo + chunk].double(), r_flat[lo:lo + chunk].double(), atol, tol.rtol, lo, totals,
                        room)
     verdict = _verdict(totals, ref, tol, atol, rms, top)
     if eager_gap is not None and "rel_l2_err" in verdict:

@@ -9,6 +9,7 @@ import time
 
 import torch
 
+from kernelsmith.harness import compare as cmp
 from kernelsmith.harness import guards, loading
 
 NEAR_ZERO = 1e-6
@@ -30,9 +31,9 @@ def _run(task, weights_seed: int, inputs_seed: int, device: str, precision: str,
 
 
 def _chunks(x: torch.Tensor):
-    flat = x.reshape(-1)
-    for start in range(0, flat.numel(), CHUNK):
-        yield flat[start:start + CHUNK]
+    flat, chunk = x.reshape(-1), (cmp.CPU_CHUNK if x.device.type == "cpu" else CHUNK)
+    for start in range(0, flat.numel(), chunk):
+        yield flat[start:start + chunk]
 
 
 def _same(a: list, b: list) -> bool:
