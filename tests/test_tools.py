@@ -637,3 +637,12 @@ def test_grep_does_not_follow_a_symlink_out_of_the_workdir(root, tools):
     assert "SECRET" not in out.content
     out = call(tools, "grep", pattern="SECRET", path="kernels")
     assert "SECRET" not in out.content
+
+
+@needs_jail
+def test_a_parent_run_from_tmp_still_gives_the_jail_a_writable_tmp(tools, monkeypatch):
+    """A script in /tmp that drives kernelsmith puts /tmp on sys.path; the jail showed all of /tmp
+    read-only then, and every candidate's tempfile failed ("No usable temporary directory")."""
+    monkeypatch.setattr(sys, "path", ["/tmp", *sys.path])
+    out = call(tools, "bash", command="echo scratch > /tmp/scratch && cat /tmp/scratch && ls /tmp | wc -l")
+    assert out.ok and "scratch" in out.content, out.content

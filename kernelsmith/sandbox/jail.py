@@ -127,7 +127,9 @@ def _private_tree_paths(extra: tuple[str, ...]) -> list[str]:
     candidate reads from there, shown read-only), outermost first, each once."""
     shown = [p for p in os.environ.get("KERNELSMITH_JAIL_READABLE", "").split(":") if p]  # the user's own
     wanted = [str(Path(p).resolve()) for p in (*extra, *shown, sys.prefix, *sys.path) if p and os.path.exists(p)]
-    inside = sorted({p for p in wanted if any(p == t or p.startswith(t + "/") for t in PRIVATE_TREES)})
+    # never a tree itself: a script run from /tmp puts /tmp on sys.path, and showing all of it read-only
+    # left the jail no writable /tmp at all (tempfile then fails inside every candidate)
+    inside = sorted({p for p in wanted if any(p.startswith(t + "/") for t in PRIVATE_TREES)})
     return [p for i, p in enumerate(inside) if not any(p.startswith(q + "/") for q in inside[:i])]
 
 
