@@ -143,14 +143,18 @@ def profile_job(reference: Path, candidate: Path, opts: EvalOptions) -> dict:
 
 @contextlib.contextmanager
 def _profile_worker(reference: Path, candidate: Path, opts: EvalOptions):
-    """(job, clock, worker) of a profile worker started ahead of its job, or None without a profile."""
+    """(job, clock, worker, checker) of a profile worker and the trusted checksums worker, both started
+    ahead of their jobs (they import torch while verify runs), or None without a profile. The checker
+    then waits idle while the profile times, so it takes no cores from the timed runs on the CPU."""
     if not opts.profile:
         yield None
         return
     prepare_watch()  # before the worker starts: its jail binds the built watch only if it exists then
     job, clock = profile_job(reference, candidate, opts), runner.ParentClock()
-    with runner.Prestarted(job, opts.timeout_s * 2, clock) as worker:
-        yield job, clock, worker
+    trusted = {k: job[k] for k in ("reference", "device", "precision", "seed", "cwd")}
+    with runner.Prestarted(job, opts.timeout_s * 2, clock) as worker, \
+            runner.Prestarted({**trusted, "kind": "checksums"}, opts.timeout_s) as checker:
+        yield job, clock, worker, checker
 
 
 def profile_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> None:
@@ -160,25 +164,19 @@ def profile_step(reference: Path, candidate: Path, opts: EvalOptions, result: Ev
 
 
 def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: dict, clock: runner.ParentClock,
-                  worker: runner.Prestarted) -> None:
+                  worker: runner.Prestarted, checker: runner.Prestarted) -> None:
     start = time.perf_counter()
-    trusted = {k: job[k] for k in ("reference", "device", "precision", "seed", "cwd")}
-    # on a GPU the trusted checksums worker imports torch while the profile times (on the CPU it would
-    # share the cores with the timed runs, so there it starts afterwards)
-    early = opts.device == "cuda"
-    with runner.Prestarted({**trusted, "kind": "checksums"}, opts.timeout_s) if early else contextlib.nullcontext() \
-            as checker:
-        try:
-            prof = worker.run({})
-        except runner.JobFailed as err:
-            result.seconds["profile"] = runner.elapsed(start)
-            result.reject(f"profile failed: {err.reason}", stage="profile")
-            return
+    try:
+        prof = worker.run({})
+    except runner.JobFailed as err:
         result.seconds["profile"] = runner.elapsed(start)
-        apply_profile(prof, result)
-        _violation(result, checks.clock_disagreement(prof, clock.batches))
-        if not result.violations:
-            check_timed_outputs(trusted, prof, result, opts, checker)
+        result.reject(f"profile failed: {err.reason}", stage="profile")
+        return
+    result.seconds["profile"] = runner.elapsed(start)
+    apply_profile(prof, result)
+    _violation(result, checks.clock_disagreement(prof, clock.batches))
+    if not result.violations:
+        check_timed_outputs(prof, result, checker)
     if not result.violations:
         baselines_start = time.perf_counter()
         apply_baselines(reference, opts, prof, result)
@@ -202,17 +200,14 @@ def _violation(result: EvalResult, problem: str | None) -> None:
         result.error = result.error or "rejected while profiling: " + problem
 
 
-def check_timed_outputs(trusted: dict, prof: dict, result: EvalResult, opts: EvalOptions,
-                        worker: runner.Prestarted | None = None) -> None:
-    """A trusted worker recomputes the reference for a random sample of the timed runs (drawn here,
-    after the profile) and judges the checksums the candidate's process took of those outputs."""
+def check_timed_outputs(prof: dict, result: EvalResult, checker: runner.Prestarted) -> None:
+    """The trusted checksums worker recomputes the reference for a random sample of the timed runs (drawn
+    here, after the profile) and judges the checksums the candidate's process took of those outputs."""
     runs = checks.sample_runs(prof.get("checksums") or [])
     if not runs:
         return _violation(result, "the profile reported no checksums of its timed outputs")
-    rest = {"runs": runs, "pool_seeds": prof["pool_seeds"]}
     try:
-        verdict = worker.run(rest) if worker else runner.run_job({**trusted, "kind": "checksums", **rest},
-                                                                   opts.timeout_s)
+        verdict = checker.run({"runs": runs, "pool_seeds": prof["pool_seeds"]})
     except runner.JobFailed as err:
         return _violation(result, f"the timed outputs could not be checked: {err.reason}")
     result.seconds["checked_runs"] = verdict["checked"]
