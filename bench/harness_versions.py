@@ -2,9 +2,11 @@
 
     python bench/harness_versions.py --v2 DIR_WITH_V2_PACKAGE REF:CAND [REF:CAND ...] [--device cuda] [--out DIR]
 
-Each pair is scored by both versions, alternating, twice each (the first with cold caches: builds,
-the op watch, baselines; the second warm). Each version has its own cache folder (XDG_CACHE_HOME),
-so neither reuses the other's baselines. Prints a table; writes harness_versions.json.
+Each pair is scored by both versions, alternating, twice each (the first with the task cold: its
+build and baselines; the second warm). Each version has its own cache folder (XDG_CACHE_HOME), so
+neither reuses the other's baselines. --prewarm REF:CAND is scored once by each version first, not
+timed: the machine-wide one-time builds (the precompiled header, the op watch) then do not land on
+whichever task comes first. Prints a table; writes harness_versions.json after every row.
 """
 
 from __future__ import annotations
@@ -51,11 +53,16 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--compile", action="store_true", help="also the torch.compile baselines (minutes of autotuning cold)")
     parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--prewarm", help="REF:CAND scored once per version first, untimed")
     args = parser.parse_args()
     versions = {"v2": args.v2.resolve(), "v3": ROOT}
     rows = []
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
+        for name, root in versions.items() if args.prewarm else ():
+            reference, candidate = args.prewarm.split(":")
+            warm = score(root, Path(tmp) / name, reference, candidate, args.device, "--no-compile")
+            print(f"prewarm {name}: {warm['wall_s']} s", flush=True)
         for pair in args.pairs:
             reference, candidate = pair.split(":")
             for attempt in ("cold", "warm"):
