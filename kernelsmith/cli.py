@@ -314,6 +314,8 @@ def bench(paths: List[Path] = typer.Argument(None, help="task files or folders (
           runs: int = typer.Option(1, "--runs", help="sessions per task"),
           max_turns: Optional[int] = typer.Option(None, "--max-turns"),
           workers: int = typer.Option(1, "--workers", help="sessions at a time"),
+          evals_per_gpu: int = typer.Option(1, "--evals-per-gpu", help="local sandbox: evaluations sharing a GPU "
+                                            "(overlapped where it is idle; their jobs run one at a time)"),
           sandbox: str = typer.Option("local", "--sandbox", help="local or ray"),
           ray_address: Optional[str] = typer.Option(None, "--ray-address", help="join this Ray cluster"),
           device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt,
@@ -341,7 +343,9 @@ def bench(paths: List[Path] = typer.Argument(None, help="task files or folders (
                                meta=_bench_meta(settings, opts.device, runs, sandbox))
     import contextlib
 
-    with contextlib.closing(_make_sandbox(sandbox, opts.device, ray_address)) as pool:
+    if evals_per_gpu < 1:
+        raise BadInput(f"--evals-per-gpu must be at least 1, not {evals_per_gpu}")
+    with contextlib.closing(_make_sandbox(sandbox, opts.device, ray_address, evals_per_gpu)) as pool:
         rows = _bench_rows(bench_mod, plan, paths or [], pool, eval_only)
     _render_bench(rows, plan.out, plan.meta)
 
@@ -365,11 +369,11 @@ def _bench_meta(settings, device: str, runs: int, sandbox: str) -> dict:
             "date": _time.strftime("%Y-%m-%d %H:%M"), "command": "kernelsmith " + " ".join(sys.argv[1:])}
 
 
-def _make_sandbox(kind: str, device: str, ray_address: Optional[str]):
+def _make_sandbox(kind: str, device: str, ray_address: Optional[str], evals_per_gpu: int = 1):
     if kind == "local":
         from kernelsmith.sandbox.local import LocalSandbox
 
-        return LocalSandbox(device)
+        return LocalSandbox(device, evals_per_gpu=evals_per_gpu)
     if kind == "ray":
         try:
             from kernelsmith.sandbox.ray_pool import RaySandbox

@@ -99,6 +99,55 @@ def test_cuda_without_visible_gpus_refuses_readably(monkeypatch):
         LocalSandbox("cuda")
 
 
+def test_evals_per_gpu_gives_a_gpu_that_many_slots_pinned_to_it(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with LocalSandbox("cuda", gpus=[0, 1], evals_per_gpu=2) as sandbox:
+        assert [(s.label, s.env["CUDA_VISIBLE_DEVICES"]) for s in sandbox.slots] == [
+            ("gpu 0.0", "0"), ("gpu 0.1", "0"), ("gpu 1.0", "1"), ("gpu 1.1", "1")]
+    with LocalSandbox("cpu", evals_per_gpu=2) as sandbox:  # CPU timings would share the cores: never
+        assert [s.label for s in sandbox.slots] == ["cpu"]
+
+
+def test_a_gpu_job_is_sent_only_while_no_other_job_holds_that_gpu(tmp_path, monkeypatch):
+    """Evaluations sharing a GPU overlap only where it is idle: the parent sends a GPU job to its (already
+    started) worker once it holds the GPU's compute lock, so no two jobs' GPU work meets. Here the lock is
+    held from outside; a job for that GPU waits, one for another GPU and a CPU job do not."""
+    import fcntl
+    import threading
+
+    from kernelsmith.evaluation import runner
+
+    monkeypatch.setenv("KERNELSMITH_COMPUTE_LOCK_DIR", str(tmp_path / "locks"))
+    (tmp_path / "locks").mkdir()
+    job = {"kind": "checksums", "reference": str(tmp_path / "missing.py"), "seed": 1, "precision": "fp32",
+           "runs": [], "pool_seeds": []}
+
+    def sent_after(device: str, gpu: str, finished: dict) -> None:
+        with runner.extra_env({"CUDA_VISIBLE_DEVICES": gpu}):
+            try:
+                runner.run_job({**job, "device": device}, 60)
+            except runner.JobFailed:
+                pass  # no such reference (and no GPU here): the worker fails once it gets its job
+        finished[(device, gpu)] = time.monotonic()
+
+    finished: dict = {}
+    with open(tmp_path / "locks" / "gpu-0.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another evaluation's job runs on GPU 0
+        threads = [threading.Thread(target=sent_after, args=(d, g, finished)) for d, g in
+                   (("cuda", "0"), ("cuda", "1"), ("cpu", "0"))]
+        for thread in threads:
+            thread.start()
+        threads[1].join(60)
+        threads[2].join(60)
+        time.sleep(1.0)
+        released = time.monotonic()
+        assert ("cuda", "0") not in finished  # still waiting for GPU 0
+        fcntl.flock(held, fcntl.LOCK_UN)
+    threads[0].join(60)
+    assert finished[("cuda", "0")] > released
+    assert finished[("cuda", "1")] < released and finished[("cpu", "0")] < released
+
+
 # --- evaluations in real workers -------------------------------------------------------------
 
 

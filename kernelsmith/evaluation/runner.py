@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import signal
@@ -178,9 +179,10 @@ class Prestarted:
         return self
 
     def run(self, rest: dict) -> dict:
-        """Send the rest of the job; the worker's value, or JobFailed."""
+        """Send the rest of the job, once this GPU runs no other job; the worker's value, or JobFailed."""
         job = {**self.job, **rest}
-        code = _wait(self.proc, job, self.timeout)
+        with compute_lock(job):
+            code = _wait(self.proc, job, self.timeout)
         return _read_answer(job, code, self.log_path.read_text(errors="replace"), self.timeout)
 
     def __exit__(self, *exc) -> None:
@@ -236,6 +238,30 @@ class ParentClock:
                     return
                 name = line[6:].strip().decode(errors="replace")[:40]
                 self.batches.setdefault(name, []).append((time.perf_counter() - start) * 1e3)
+
+
+CPU_ONLY_JOBS = ("build", "prepare")
+
+
+@contextlib.contextmanager
+def compute_lock(job: dict):
+    """One job at a time on a GPU, across threads and processes, held by the parent from sending a job
+    to its worker's exit. A worker runs no candidate code before its job arrives and nothing of it
+    survives its exit (its PID namespace ends), so all GPU work of every job lies inside the lock:
+    evaluations may share a GPU (LocalSandbox evals_per_gpu) and overlap only where the GPU is idle,
+    starting workers and importing torch. The lock files live where no jail can see them."""
+    if job.get("device") != "cuda" or job["kind"] in CPU_ONLY_JOBS:
+        yield
+        return
+    gpu = _worker_env(job).get("CUDA_VISIBLE_DEVICES", "all").replace("/", "_")
+    folder = Path(os.environ.get("KERNELSMITH_COMPUTE_LOCK_DIR", "/tmp/kernelsmith-compute"))
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"gpu-{gpu}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # blocking: the holder's own timeout bounds the wait
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def run_jobs_sharing_dir(jobs_fn):

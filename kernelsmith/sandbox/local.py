@@ -2,7 +2,9 @@
 
 Slots. Builds hold one of `build_workers` build slots (a semaphore): nvcc and g++ run on CPU
 cores, several at once. Evaluations take one evaluation slot from a queue: one slot per GPU,
-so exactly one evaluation uses a GPU at a time and timings never share it. A GPU slot pins
+so exactly one evaluation uses a GPU at a time and timings never share it. With evals_per_gpu=K
+a GPU has K slots, and K evaluations overlap there where the GPU is idle (starting workers,
+importing torch); their jobs still run one at a time (runner.compute_lock). A GPU slot pins
 its GPU for the workers of that evaluation with CUDA_VISIBLE_DEVICES (runner.extra_env, which
 is per thread, so concurrent evaluations in other threads keep their own GPU). On the CPU
 device without `gpus` there is one unpinned slot.
@@ -29,7 +31,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -93,10 +95,13 @@ def gpu_slots(gpus: list[int] | None) -> list[Slot]:
 class LocalSandbox(Submitting):
     kind = "local"
 
-    def __init__(self, device: str, gpus: list[int] | None = None, build_workers: int | None = None):
+    def __init__(self, device: str, gpus: list[int] | None = None, build_workers: int | None = None,
+                 evals_per_gpu: int = 1):
         self.device = device
         # device "cpu" with gpus: one pinned slot per entry (splits CPU evaluations; tests the pinning)
         self.slots = gpu_slots(gpus) if device == "cuda" or gpus is not None else [Slot("cpu")]
+        if device == "cuda" and evals_per_gpu > 1:  # jobs still run one at a time per GPU (runner.compute_lock)
+            self.slots = [replace(slot, label=f"{slot.label}.{k}") for slot in self.slots for k in range(evals_per_gpu)]
         if not self.slots:
             raise RuntimeError("no visible GPU for the local sandbox (nvidia-smi -L lists none, "
                                "or CUDA_VISIBLE_DEVICES hides them); pass gpus=[...] or use device 'cpu'")
