@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kernelsmith.evaluation import build_plan as build, runner
 from kernelsmith.evaluation.result import EvalResult
-from kernelsmith.evaluation import checks, linkage
+from kernelsmith.evaluation import checks, linkage, verdicts
 from kernelsmith.sandbox import jail
 from kernelsmith.evaluation.baselines import apply_baselines, warm as warm_baselines
 from kernelsmith.evaluation.options import EvalOptions, seed_for
@@ -33,7 +33,7 @@ def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
     if build.has_kernels(kernels) and not build_step(kernels, opts, result):
         return finish(result, opts)
     with _profile_worker(reference, candidate, opts) as profiling:  # importing torch while verify runs
-        if not verify_step(reference, candidate, opts, result):
+        if not verified(reference, candidate, opts, result):
             return finish(result, opts)
         if profiling:
             _profile_with(reference, opts, result, *profiling)
@@ -70,6 +70,19 @@ def build_step(kernels: Path, opts: EvalOptions, result: EvalResult) -> bool:
     elif built.get("so_path") and (problem := linkage.violation(Path(built["so_path"]))):
         result.violations.append(problem)  # read from the .so here, in the parent: no candidate code runs
     return built["ok"]
+
+
+def verified(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> bool:
+    """Verify, or reuse the passing verdict of identical files verified earlier (evaluation/verdicts.py)."""
+    key = verdicts.key(reference, candidate, opts, result.build)
+    if verdicts.recall(key, result):
+        if result.violations:  # found again in this evaluation's build (the linkage check)
+            result.stage, result.error = "verify", "rejected: " + result.violations[0]
+            return False
+        return True
+    ok = verify_step(reference, candidate, opts, result)
+    verdicts.remember(key, result)
+    return ok
 
 
 def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> bool:
@@ -198,6 +211,7 @@ def _violation(result: EvalResult, problem: str | None) -> None:
     if problem and problem not in result.violations:
         result.violations.append(problem)
         result.error = result.error or "rejected while profiling: " + problem
+        result.stage = result.stage or "profile"
 
 
 def check_timed_outputs(prof: dict, result: EvalResult, checker: runner.Prestarted) -> None:
@@ -232,6 +246,7 @@ def apply_profile(prof: dict, result: EvalResult) -> None:
             result.violations.append(violation)
     if result.violations:
         result.error = "rejected while profiling: " + result.violations[0]
+        result.stage = result.stage or "profile"
     from kernelsmith.evaluation.ceilings import percentages
 
     if result.roofline.get("ceilings"):
