@@ -112,10 +112,23 @@ case "$STEP" in
     command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
     timeout 330 python3 bench/redteam.py --device cuda --out "$OUT" > "$OUT/redteam.log" 2>&1; grep -v Warn "$OUT/redteam.log" | tail -12
     timeout 240 python3 bench/probes/eager_drift.py --runs 1 2>&1 | grep -v Warn | tee "$OUT/eager_drift.log" | tail -12 ;;
+  overhead)   # issue 17: a warm eval's cost against the compute its profile timed, then 1 vs 2 evaluations
+              # sharing the GPU (jobs/hour; the candidate's medians must not move)
+    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    K=.dev/kernelbench; C=bench/candidates
+    cp $K/level1/89_cumsum.py $C/level1_89_cumsum/model.py
+    cp $K/level2/45_Gemm_Sigmoid_LogSumExp.py $C/level2_45_Gemm_Sigmoid_LogSumExp/model.py
+    timeout 300 python3 bench/eval_overhead.py examples/rms_norm_rows/model.py:examples/rms_norm_rows/cuda/model_new.py \
+      $C/level1_89_cumsum/model.py:$C/level1_89_cumsum/model_new.py \
+      $C/level2_45_Gemm_Sigmoid_LogSumExp/model.py:$C/level2_45_Gemm_Sigmoid_LogSumExp/model_new.py \
+      --repeats 2 --out "$OUT" 2>&1 | grep -v Warn | tee "$OUT/overhead.log" | tail -8
+    timeout 270 python3 bench/pool.py --reference examples/rms_norm_rows/model.py \
+      --candidate examples/rms_norm_rows/cuda/model_new.py --jobs 8 --evals-per-gpu 1,2 --no-kill --out "$OUT" 2>&1 \
+      | grep -v Warn | tee "$OUT/pool.log" | tail -8 ;;
   eager-drift)  # why eager beside a candidate is 15-25% slower than in a clean process: the honest red-team
                 # kernel and the reference-as-candidate, jail on and off, two runs each (about 6 min cold)
     command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
     timeout 560 python3 bench/probes/eager_drift.py --runs 2 2>&1 | grep -v Warn | tee "$OUT/eager_drift.log" | tail -20 ;;
-  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|harness-v3-versions|eager-drift|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
      exit 2 ;;
 esac
