@@ -123,7 +123,7 @@ case "$STEP" in
       $C/level2_45_Gemm_Sigmoid_LogSumExp/model.py:$C/level2_45_Gemm_Sigmoid_LogSumExp/model_new.py \
       --repeats 2 --out "$OUT" 2>&1 | grep -v Warn | tee "$OUT/overhead.log" | tail -8
     timeout 270 python3 bench/pool.py --reference examples/rms_norm_rows/model.py \
-      --candidate examples/rms_norm_rows/cuda/model_new.py --jobs 8 --evals-per-gpu 1,2 --no-kill --out "$OUT" 2>&1 \
+      --candidate examples/rms_norm_rows/cuda/model_new.py --jobs 6 --evals-per-gpu 1,2 --no-kill --out "$OUT" 2>&1 \
       | grep -v Warn | tee "$OUT/pool.log" | tail -8 ;;
   eager-drift)  # why eager beside a candidate is 15-25% slower than in a clean process: the honest red-team
                 # kernel and the reference-as-candidate, jail on and off, two runs each (about 6 min cold)
