@@ -157,6 +157,7 @@ def run_eval(task_dir):
         options.setdefault("min_runs", 20)
         return evaluate(task_dir / "model.py", candidate_path, EvalOptions(**options))
 
+    run.reference = task_dir / "model.py"
     return run
 
 

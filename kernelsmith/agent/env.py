@@ -111,7 +111,10 @@ def budget_of(settings: Settings) -> Budget:
 
 def eval_options(settings: Settings, config: wd.WorkdirConfig) -> EvalOptions:
     cache = Path(settings.baselines_cache).expanduser().resolve() if settings.baselines_cache else None
-    return EvalOptions(device=config.device, precision=config.precision, trials=settings.trials, cache_path=cache)
+    # spare workers on a GPU only: on the CPU a spare importing torch would take cores from another
+    # session's timed runs
+    return EvalOptions(device=config.device, precision=config.precision, trials=settings.trials, cache_path=cache,
+                       spare_workers=config.device == "cuda")
 
 
 def system_prompt(workdir: Path, config: wd.WorkdirConfig) -> str:

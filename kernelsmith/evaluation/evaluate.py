@@ -33,10 +33,10 @@ def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
     if build.has_kernels(kernels) and not build_step(kernels, opts, result):
         return finish(result, opts)
     with _profile_worker(reference, candidate, opts) as profiling:  # importing torch while verify runs
-        if not verified(reference, candidate, opts, result):
-            return finish(result, opts)
-        if profiling:
+        if verified(reference, candidate, opts, result) and profiling:
             _profile_with(reference, opts, result, *profiling)
+    if opts.spare_workers:  # the next verify of these files finds its candidate worker started
+        runner.SPARES.stock(candidate_job(reference, candidate, opts), opts.timeout_s)
     return finish(result, opts)
 
 
@@ -85,21 +85,29 @@ def verified(reference: Path, candidate: Path, opts: EvalOptions, result: EvalRe
     return ok
 
 
+def candidate_job(reference: Path, candidate: Path, opts: EvalOptions) -> dict:
+    """What a candidate worker is started with; the trial seeds come with its job."""
+    return {"kind": "candidate", "reference": str(reference), "candidate": str(candidate), "device": opts.device,
+            "precision": opts.precision, "cwd": str(candidate.parent)}
+
+
+def _candidate_then_judge(job: dict, seeds: dict, opts: EvalOptions) -> tuple[dict, dict]:
+    """The candidate's trials, then the trusted judge's verdict on the outputs it left in its folder."""
+    with runner.SPARES.take(job, opts.timeout_s) or runner.Prestarted(job, opts.timeout_s) as worker:
+        # the judge imports torch while the candidate runs; it loads no candidate code either way
+        judge_job = {**job, **seeds, "kind": "judge", "out_dir": worker.job["out_dir"]}
+        with runner.Prestarted(judge_job, opts.timeout_s) as judge:
+            facts = worker.run(seeds)
+            return facts, judge.run({"facts": facts})
+
+
 def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> bool:
     from kernelsmith.evaluation.seeds import trial_seeds
 
     start = time.perf_counter()
-    base = {"reference": str(reference), "candidate": str(candidate), "device": opts.device,
-            "precision": opts.precision, "seeds": trial_seeds(opts.trials, opts.seed), "cwd": str(candidate.parent)}
-
-    def both(shared: dict):
-        # the trusted judge imports torch while the candidate runs; it loads no candidate code either way
-        with runner.Prestarted({**base, **shared, "kind": "judge"}, opts.timeout_s) as judge:
-            facts = runner.run_job({**base, **shared, "kind": "candidate"}, opts.timeout_s)
-            return facts, judge.run({"facts": facts})
-
+    seeds = {"seeds": trial_seeds(opts.trials, opts.seed)}
     try:
-        facts, judged = runner.run_jobs_sharing_dir(both)
+        facts, judged = _candidate_then_judge(candidate_job(reference, candidate, opts), seeds, opts)
     except runner.JobFailed as err:
         result.seconds["verify"] = runner.elapsed(start)
         result.reject(f"candidate failed: {err.reason}", stage="verify")

@@ -35,6 +35,9 @@ class EvalOptions:
     live_slowdown: float = LIVE_SLOWDOWN
     seed: int | None = None
     cache_path: Path | None = None
+    # after an evaluation, start the next verify's candidate worker (runner.Spares): for a session, which
+    # evaluates its workdir again and again; not for one-shot commands, where it would never be used
+    spare_workers: bool = False
     thresholds: RewardThresholds = field(default_factory=lambda: DEFAULT)
 
     def threads(self) -> int | None:

@@ -9,6 +9,7 @@ setsid is reparented to us and killed with the rest.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import fcntl
@@ -169,6 +170,8 @@ class Prestarted:
         self.log_path = Path(self._tmp.name) / "worker.log"
 
     def __enter__(self) -> "Prestarted":
+        if self.proc is not None:  # a spare (Spares), started earlier: it is already running
+            return self
         self._serving = self.clock.serving(self.job) if self.clock else contextlib.nullcontext()
         self._serving.__enter__()
         try:
@@ -240,6 +243,59 @@ class ParentClock:
                 self.batches.setdefault(name, []).append((time.perf_counter() - start) * 1e3)
 
 
+class Spares:
+    """Workers started for the next job of a kind before it is asked for: a session's next verify of its
+    workdir finds its candidate worker with torch imported. One spare per spawn signature (the job's
+    fields that fix the worker's jail and environment, and this thread's extra environment), at most
+    MAX in all, the oldest killed first. A spare is an ordinary Prestarted: a fresh process that has
+    loaded no candidate code, whose jail shows the workdir live (files edited after it started are the
+    ones it loads), used for one job and gone."""
+
+    MAX = 4
+    FIELDS = ("kind", "reference", "candidate", "cwd", "device", "precision", "threads")
+
+    def __init__(self):
+        self._spare: "dict[str, Prestarted]" = {}
+        self._lock = threading.Lock()
+
+    def signature(self, job: dict, timeout: float) -> str:
+        return json.dumps([[job.get(k) for k in self.FIELDS], timeout, sorted(getattr(_THREAD, "env", {}).items())])
+
+    def take(self, job: dict, timeout: float) -> "Prestarted | None":
+        """The spare for this job, still alive, or None."""
+        with self._lock:
+            worker = self._spare.pop(self.signature(job, timeout), None)
+        if worker is not None and worker.proc.poll() is None:
+            return worker
+        if worker is not None:
+            worker.__exit__(None, None, None)
+        return None
+
+    def stock(self, job: dict, timeout: float) -> None:
+        """Start a spare for a job like this one; it replaces one of the same signature."""
+        worker = Prestarted(job, timeout).__enter__()
+        with self._lock:
+            retired = [self._spare.pop(self.signature(job, timeout), None)]
+            self._spare[self.signature(job, timeout)] = worker
+            while len(self._spare) > self.MAX:
+                retired.append(self._spare.pop(next(iter(self._spare))))
+        for old in filter(None, retired):
+            old.__exit__(None, None, None)
+
+    def count(self) -> int:
+        return len(self._spare)
+
+    def close(self) -> None:
+        with self._lock:
+            retired, self._spare = list(self._spare.values()), {}
+        for worker in retired:
+            worker.__exit__(None, None, None)
+
+
+SPARES = Spares()
+atexit.register(SPARES.close)
+
+
 CPU_ONLY_JOBS = ("build", "prepare")
 
 
@@ -262,17 +318,6 @@ def compute_lock(job: dict):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def run_jobs_sharing_dir(jobs_fn):
-    """Run dependent jobs that share one private out_dir (e.g. candidate then judge): jobs_fn gets
-    {"out_dir": ...} to merge into each of its jobs."""
-    _become_subreaper()
-    with tempfile.TemporaryDirectory(prefix="ks-jobs-", dir=scratch_root()) as tmp:
-        os.chmod(tmp, 0o700)
-        out_dir = Path(tmp) / "shared"
-        out_dir.mkdir()
-        return jobs_fn({"out_dir": str(out_dir)})
 
 
 _THREAD = threading.local()

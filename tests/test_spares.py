@@ -1,0 +1,66 @@
+"""Spare workers (runner.Spares): the next verify's candidate worker started after an evaluation, with
+real workers on the CPU. A spare must run the files as they are when its job comes, never as they were
+when it started, and must serve only a job it was started for."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from conftest import HONEST, PRELUDE
+from kernelsmith.evaluation import runner, verdicts
+from kernelsmith.evaluation.evaluate import candidate_job
+from kernelsmith.evaluation.options import EvalOptions
+
+
+@pytest.fixture
+def workdir(task_dir, tmp_path):
+    folder = tmp_path / "wd"
+    folder.mkdir()
+    shutil.copy(task_dir / "libaxpb.so", folder / "libaxpb.so")
+    (folder / "model_new.py").write_text(PRELUDE + "\n" + HONEST)
+    yield folder
+    runner.SPARES.close()
+    verdicts.forget()
+
+
+def test_the_next_verify_takes_the_spare_and_runs_the_files_edited_since(workdir, run_eval):
+    first = run_eval(workdir / "model_new.py", spare_workers=True)
+    assert first.clean and runner.SPARES.count() == 1
+    job = candidate_job(run_eval.reference, workdir / "model_new.py", EvalOptions(device="cpu"))
+    spare = runner.SPARES._spare[runner.SPARES.signature(job, EvalOptions().timeout_s)]
+    assert spare.proc.poll() is None  # started, torch imported, waiting for its job
+
+    # the agent rewrites the kernel after the spare started: off by one, which the spare must load
+    (workdir / "model_new.py").write_text(PRELUDE + "\nclass ModelNew(Base):\n    def forward(self, x):\n"
+                                          "        return kernel('axpb', x, self.bias).add_(1.0)\n")
+    second = run_eval(workdir / "model_new.py", spare_workers=True)
+    assert spare.proc.poll() is not None  # it ran the job and is gone: one job per process
+    assert not second.correct and "wrong output" in second.error, second.error
+
+
+def test_a_spare_serves_only_the_job_and_gpu_it_was_started_for(workdir, task_dir):
+    opts = EvalOptions(device="cpu")
+    job = candidate_job(task_dir / "model.py", workdir / "model_new.py", opts)
+    with runner.extra_env({"CUDA_VISIBLE_DEVICES": "0"}):
+        runner.SPARES.stock(job, opts.timeout_s)
+    with runner.extra_env({"CUDA_VISIBLE_DEVICES": "1"}):  # another slot's GPU
+        assert runner.SPARES.take(job, opts.timeout_s) is None
+    assert runner.SPARES.take({**job, "precision": "tf32"}, opts.timeout_s) is None
+    with runner.extra_env({"CUDA_VISIBLE_DEVICES": "0"}):
+        taken = runner.SPARES.take(job, opts.timeout_s)
+    assert taken is not None and runner.SPARES.count() == 0
+    taken.__exit__(None, None, None)
+    assert taken.proc.poll() is not None  # a spare never sent its job is killed
+
+
+def test_past_the_limit_the_oldest_spare_is_killed(workdir, task_dir, monkeypatch):
+    monkeypatch.setattr(runner.Spares, "MAX", 1)
+    opts = EvalOptions(device="cpu")
+    jobs = [candidate_job(task_dir / "model.py", workdir / "model_new.py", EvalOptions(device="cpu", precision=p))
+            for p in ("fp32", "tf32")]
+    runner.SPARES.stock(jobs[0], opts.timeout_s)
+    oldest = runner.SPARES._spare[runner.SPARES.signature(jobs[0], opts.timeout_s)]
+    runner.SPARES.stock(jobs[1], opts.timeout_s)
+    assert runner.SPARES.count() == 1 and oldest.proc.poll() is not None
