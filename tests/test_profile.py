@@ -407,3 +407,44 @@ def test_a_timed_output_is_freed_only_after_the_parents_bracket():
     assert gone() is not None and not sums.problems
     sums.release()  # after the bracket
     assert gone() is None
+
+
+NAN_WHEN_UNWATCHED = '''
+class ModelNew(Base):
+    def forward(self, x):
+        if torch._C._len_torch_dispatch_stack() > 0:  # verify, warm-up and spot checks run under a Python mode
+            return kernel("axpb", x, self.bias)
+        y = torch.empty_like(x)
+        ctypes.memset(y.data_ptr(), 0xFF, y.numel() * 4)  # every timed output all NaN, with no torch op
+        return y
+'''
+
+
+def test_timed_outputs_that_are_nan_fail_their_checksums(candidate, run_eval):
+    """A NaN checksum compared with `>` passed every bound (NaN comparisons are false): the comparison
+    of a claim must fail closed."""
+    result = run_eval(candidate(NAN_WHEN_UNWATCHED), profile=True)
+    assert not result.clean
+    assert any("wrong output at a timed run" in v for v in result.violations), (result.error, result.violations)
+
+
+def test_checksum_claims_fail_closed():
+    from kernelsmith.harness.profile import checksum, checksum_mismatch
+
+    reference = [checksum(torch.arange(4096, dtype=torch.float32))]
+    nan = float("nan")
+    for claim in ([nan, nan, 4096], [reference[0][0], nan, 4096], ["1", reference[0][1], 4096],
+                  [reference[0][0], reference[0][1], 4096 * 10**6]):  # a claimed count would widen the bound
+        assert checksum_mismatch([claim], reference, [1e-5]), claim
+    assert checksum_mismatch([reference[0]], reference, [1e-5]) == ""
+    infinite = [checksum(torch.tensor([1.0, float("inf")]))]
+    assert checksum_mismatch([checksum(torch.tensor([1.0, float("inf")]))], infinite, [1e-5]) == ""
+    assert checksum_mismatch([checksum(torch.tensor([1.0, 2.0]))], infinite, [1e-5])
+
+
+def test_a_checksum_of_huge_values_falls_back_to_float64():
+    from kernelsmith.harness.profile import checksum
+
+    out = torch.full((4096,), 3e19)  # float32 squares overflow
+    total, norm, _ = checksum(out)
+    assert norm == pytest.approx(float(out.double().norm()), rel=1e-12) and total == pytest.approx(4096 * 3e19)

@@ -14,6 +14,7 @@ task, GPU, torch version and precision.
 
 from __future__ import annotations
 
+import math
 import random
 from contextlib import contextmanager, nullcontext
 
@@ -240,6 +241,9 @@ def checksum(out: torch.Tensor) -> list[float]:
     rows, tail = flat[:whole].view(-1, CHECKSUM_ROW), flat[whole:].to(torch.float64)
     total = torch.sum(rows, dim=1, dtype=acc).to(torch.float64).sum() + tail.sum()
     squares = torch.linalg.vector_norm(rows, dim=1, dtype=acc).to(torch.float64).square().sum() + tail.square().sum()
+    if not (math.isfinite(float(total)) and math.isfinite(float(squares))):  # float32 partials overflowed, or
+        total = torch.sum(flat, dtype=torch.float64)                        # the output is not finite: float64
+        squares = torch.linalg.vector_norm(flat, dtype=torch.float64).square()
     return [float(total), float(squares) ** 0.5, out.numel()]
 
 
@@ -304,12 +308,29 @@ def checksum_mismatch(got: list, expected: list, bounds: list[float]) -> str:
     rebuilt by one multiplication instead of many in place)."""
     if len(got) != len(expected):
         return f"{len(got)} outputs, the reference has {len(expected)}"
-    for i, ((c_sum, c_norm, n), (r_sum, r_norm, _), b) in enumerate(zip(got, expected, bounds)):
-        bound = 2 * b + 1e-6
-        if abs(c_norm - r_norm) > bound * r_norm or abs(c_sum - r_sum) > (n ** 0.5) * bound * r_norm + 1e-30:
-            return (f"output {i}'s checksum (sum {c_sum:.8g}, norm {c_norm:.8g}) is not the reference's "
+    for i, (claim, (r_sum, r_norm, n), b) in enumerate(zip(got, expected, bounds)):
+        c_sum, c_norm, c_n = (list(claim) + [None] * 3)[:3]
+        if c_n != n:  # the element count is the reference's, never the claim's (it scales the sum's bound)
+            return f"output {i} has {c_n} elements by its checksum, the reference {n}"
+        if not _checksums_agree(c_sum, c_norm, r_sum, r_norm, n, 2 * b + 1e-6):
+            return (f"output {i}'s checksum (sum {c_sum!r:.40}, norm {c_norm!r:.40}) is not the reference's "
                     f"(sum {r_sum:.8g}, norm {r_norm:.8g}) for the same inputs")
     return ""
+
+
+def _checksums_agree(c_sum, c_norm, r_sum, r_norm, n: int, bound: float) -> bool:
+    """Fails closed: a claim is accepted only by comparisons that hold, so a NaN (all NaN timed outputs)
+    or a value that is not a number at all never passes; a reference that is not finite is matched only
+    by the same non-finite checksum."""
+    if not all(isinstance(v, (int, float)) for v in (c_sum, c_norm)):
+        return False
+    if not (math.isfinite(r_sum) and math.isfinite(r_norm)):
+        return _same_number(c_sum, r_sum) and _same_number(c_norm, r_norm)
+    return abs(c_norm - r_norm) <= bound * r_norm and abs(c_sum - r_sum) <= (n ** 0.5) * bound * r_norm + 1e-30
+
+
+def _same_number(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
 
 
 def _profile_violations(watches, samples, checks, device) -> list[str]:
