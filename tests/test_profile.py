@@ -390,23 +390,25 @@ def test_timed_output_checksums_match_float64_far_inside_their_bound(make):
     assert abs(total - float(exact.sum())) <= 1e-3 * bound * n ** 0.5 * float(exact.norm())
 
 
-def test_a_timed_output_is_freed_only_after_the_parents_bracket():
-    """The candidate's previous output is kept alive while the next is checked for aliasing; dropping it
-    inside the parent's bracket would charge the candidate alone for unmapping it (milliseconds for a large
-    CPU tensor), and an honest kernel would then look like one that works outside its timed window."""
+def test_each_contenders_previous_output_is_freed_inside_its_own_next_bracket():
+    """Freeing a large CPU tensor costs milliseconds: the candidate and eager must both pay it inside their
+    brackets of the parent's clock (had only the candidate, an honest kernel looked like one working outside
+    its timed window), and a finalizer a candidate hangs on its output must run inside one (outside, it
+    would be untimed work)."""
     import weakref
 
     from kernelsmith.harness.profile import Checksums
 
     sums = Checksums("cpu")
-    first = torch.randn(64)
-    gone = weakref.ref(first)
-    sums.record("candidate", (0, 1.0), first)
-    del first
-    sums.record("candidate", (1, 1.0), torch.randn(64))  # inside the bracket: the first output still lives
-    assert gone() is not None and not sums.problems
-    sums.release()  # after the bracket
-    assert gone() is None
+    firsts = {"candidate": torch.randn(64), "eager": torch.randn(64)}
+    gone = {name: weakref.ref(t) for name, t in firsts.items()}
+    for name in ("candidate", "eager"):
+        sums.record(name, (0, 1.0), firsts.pop(name))
+    assert all(ref() is not None for ref in gone.values())  # kept until the same contender's next run
+    sums.record("candidate", (1, 1.0), torch.randn(64))
+    assert gone["candidate"]() is None and gone["eager"]() is not None
+    sums.record("eager", (1, 1.0), torch.randn(64))
+    assert gone["eager"]() is None and not sums.problems
 
 
 NAN_WHEN_UNWATCHED = '''

@@ -178,8 +178,8 @@ def run_profile(job: dict) -> dict:
         warm_s = {"candidate": _warm(watched, pool, clocks), "eager": _warm(eager, pool, clocks)}
         checks = SpotChecker(watched, eager, pool, precision, random.Random(job["seed"]), *_budget(job))
         samples = interleave({"candidate": candidate, "eager": eager}, pool, clocks, flusher, *_budget(job),
-                             between=lambda name, run: (sums.release(), checks.maybe_check(name, run)),
-                             watches={"candidate": native}, clock=parent_clock, record=sums.record)
+                             between=checks.maybe_check, watches={"candidate": native}, clock=parent_clock,
+                             record=sums.record)
     violations = _profile_violations([recorder, native, tripwires], samples, checks, device) \
         + process_guard.violations() + sums.problems
     return {
@@ -256,13 +256,18 @@ class Checksums:
         self.runs: list[list] = []
         self.problems: list[str] = []
         self.previous: list = []  # the last timed output, kept alive: a new one may not share its memory
-        self.retired: list = []
+        self.kept: dict[str, list] = {}  # the other contenders' last outputs, freed in their next bracket
 
     def record(self, name: str, last: tuple[int, float], out) -> None:
-        """Eager's outputs are summed too, and dropped: both contenders' brackets hold the same work."""
+        """Eager's outputs are summed too, and dropped: both contenders' brackets hold the same work.
+
+        Each contender's previous output is freed here, inside its next bracket: freeing a large CPU tensor
+        unmaps it (milliseconds), which both then pay alike, and whatever a candidate hangs on its output's
+        release (a finalizer, __del__) runs where the parent's clock sees it."""
         outputs = guards.flatten_outputs(out)
         if name != "candidate":
             [checksum(o.detach()) for o in outputs if type(o) is torch.Tensor]
+            self.kept[name] = outputs
             return
         if self.problems:
             return
@@ -273,12 +278,7 @@ class Checksums:
             self.problems.append(f"timed run {len(self.runs)}: " + "; ".join(problems))
             return
         self.runs.append([last[0], last[1], [checksum(o.detach()) for o in outputs]])
-        # the output before it is freed by release(), after the parent's bracket: on the CPU freeing a large
-        # tensor unmaps it (milliseconds), which eager pays outside the bracket too
-        self.retired, self.previous = self.previous, outputs
-
-    def release(self) -> None:
-        self.retired = []
+        self.previous = outputs
 
 
 def reference_checksums(job: dict) -> dict:
