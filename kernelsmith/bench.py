@@ -168,7 +168,7 @@ def run_bench(plan: BenchPlan, tasks: list[Path], sandbox, on_row: Progress | No
     todo = fleet.pending(episodes(plan, tasks))
     flags = lint_all(plan, sorted({e.task for e in todo}), on_lint) if plan.lint else {}
     return fleet.run(todo, lambda e: run_one(plan, sandbox, e, flags.get(str(e.task), []), fleet.stop), on_row,
-                     on_stop)
+                     on_stop, blank=lambda e: blank_row(e.task, e.run))
 
 
 def lint_all(plan: BenchPlan, tasks: list[Path],
@@ -239,7 +239,7 @@ def eval_only(plan: BenchPlan, references: Path, candidates: Path, sandbox,
                 "reward": result.reward, "error": result.error[:300]}
 
     fleet = Fleet(plan.out, plan.workers, plan.resume)
-    return fleet.run([Episode(ref, 0, plan.out) for ref in pairs], score, on_row)
+    return fleet.run([Episode(ref, 0, plan.out) for ref in pairs], score, on_row, blank=lambda e: blank_row(e.task, 0))
 
 
 def report(plan: BenchPlan, rows: list[dict]) -> dict:

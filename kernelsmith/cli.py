@@ -399,8 +399,8 @@ def _bench_rows(bench_mod, plan, paths: list[Path], pool, eval_only: bool) -> li
         job = bar.add_task("", total=total)
 
         def on_row(row: dict) -> None:
-            counts["correct"] += bool(row["correct"])
-            counts["faster"] += bool(row["correct"] and (row["speedup_vs_eager"] or 0) > 1.0)
+            counts["correct"] += bool(row.get("correct"))
+            counts["faster"] += bool(row.get("correct") and (row.get("speedup_vs_eager") or 0) > 1.0)
             bar.update(job, advance=1, description=f"correct {counts['correct']}, faster than eager "
                                                    f"{counts['faster']}; last: {row['task']} {row['status']}")
             bar.console.print(_row_line(row))  # above the bar on a terminal; the only progress in a log file
@@ -422,7 +422,7 @@ def _row_line(row: dict) -> str:
     name = f"{row.get('level') or '-'}/{row['task']}" + (f" run {row['run']}" if row.get("run") else "")
     if row["status"] != "done":
         return f"{name}: {row['status']}: {row.get('error', '')[:160]}"
-    if not row["correct"]:
+    if not row.get("correct"):
         return f"{name}: not correct ({row.get('wall_s', 0):.0f} s)"
     return (f"{name}: correct, {_speed(row, 'speedup_vs_eager')} vs eager, "
             f"{_speed(row, 'speedup_vs_compile')} vs compile ({row.get('wall_s', 0):.0f} s)")

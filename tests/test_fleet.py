@@ -103,3 +103,25 @@ def test_an_interrupt_stops_new_episodes_lets_running_ones_end_and_keeps_their_r
     again = []
     Fleet(out, workers=2, resume=True).run(work, lambda e: again.append(e.task.stem) or e.row(status="done"))
     assert sorted(again) == [f"{i}_task" for i in range(1, 6)]
+
+
+def test_a_bad_runner_or_a_failing_progress_display_loses_no_row(tmp_path):
+    """An error row carries the runner's columns (bench's progress reads `correct`); a runner that returns
+    no row is an error, not a dead thread the fleet waits on forever; a progress callback that fails
+    costs no row."""
+    def runner(episode: Episode) -> dict:
+        if episode.task.stem == "0_task":
+            return None
+        if episode.task.stem == "1_task":
+            raise ValueError("a bug in one session")
+        return episode.row(status="done", correct=True)
+
+    def display(row: dict) -> None:
+        raise KeyError("correct")  # a display bug
+
+    rows = Fleet(tmp_path / "out", workers=2).run(episodes(tmp_path, 4), runner, display,
+                                                  blank=lambda e: e.row(correct=False))
+    by_task = {r["task"]: r for r in rows_on_disk(tmp_path / "out")}
+    assert len(rows) == 4 and set(by_task) == {f"{i}_task" for i in range(4)}
+    assert by_task["0_task"]["status"] == "error" and "returned NoneType" in by_task["0_task"]["error"]
+    assert by_task["1_task"]["status"] == "error" and by_task["1_task"]["correct"] is False

@@ -5,7 +5,7 @@ worker threads that share one sandbox, so evaluations queue for the pool's GPUs 
 What an episode does is its runner's: bench's drives an optimize session (agent/run.py), the trainer's
 a policy through KernelEnv. The fleet owns what every such run needs:
 
-- rows: each finished episode's row is appended to OUT/rows.jsonl at once, from any thread;
+- rows: each finished episode's row is appended to OUT/rows.jsonl at once, by its worker thread;
 - resume: a fleet started again over the same OUT skips the episodes whose latest row ended (done or
   failed) and runs the rest again, those that raised (error) or never finished; without resume it
   refuses an OUT that already holds rows, rather than mix two runs;
@@ -103,9 +103,12 @@ class Fleet:
         return [e for e in episodes if e.key not in self.done]
 
     def run(self, episodes: list[Episode], runner: Runner, on_row: OnRow | None = None,
-            on_stop: Callable[[int], None] | None = None) -> list[dict]:
+            on_stop: Callable[[int], None] | None = None, blank: Callable[[Episode], dict] | None = None) -> list[dict]:
         """Every pending episode's row (written as each ends), after the finished rows a resume kept.
-        on_stop(running) is told of an interrupt, before the fleet waits for the running episodes."""
+        on_stop(running) is told of an interrupt, before the fleet waits for the running episodes. blank(e)
+        gives the runner's columns for an error row (Episode.row() without it). Rows are written by the
+        worker threads as episodes end, so none is lost to what the main thread does meanwhile."""
+        self.blank = blank or (lambda episode: episode.row())
         rows, todo, landed = list(self.done.values()), queue.SimpleQueue(), queue.SimpleQueue()
         pending = self.pending(episodes)
         for episode in pending:
@@ -128,11 +131,14 @@ class Fleet:
             raise
         return rows
 
-    def _land(self, row: dict, rows: list[dict], on_row: OnRow | None) -> None:
-        self.log.append(row)
+    @staticmethod
+    def _land(row: dict, rows: list[dict], on_row: OnRow | None) -> None:
         rows.append(row)
         if on_row:
-            on_row(row)
+            try:
+                on_row(row)
+            except Exception:  # noqa: BLE001  progress display only: the row is written already
+                pass
 
     def _work(self, todo: queue.SimpleQueue, landed: queue.SimpleQueue, runner: Runner) -> None:
         while not self.stop.is_set():
@@ -140,15 +146,18 @@ class Fleet:
                 episode = todo.get_nowait()
             except queue.Empty:
                 return
-            landed.put(self._one(episode, runner))
+            row = self._one(episode, runner)
+            self.log.append(row)
+            landed.put(row)
 
-    @staticmethod
-    def _one(episode: Episode, runner: Runner) -> dict:
+    def _one(self, episode: Episode, runner: Runner) -> dict:
         start = time.perf_counter()
         try:
             row = runner(episode)
+            if not isinstance(row, dict):
+                raise TypeError(f"the episode's runner returned {type(row).__name__}, not a row")
         except BaseException as err:  # noqa: BLE001  one episode's failure (API, git, a bug) must not end the fleet
             reason = str(err) if isinstance(err, KernelsmithError) else f"{type(err).__name__}: {err}"
-            row = episode.row(status="error", error=reason[:500])
+            row = {**self.blank(episode), "status": "error", "error": reason[:500]}
         row["wall_s"] = row.get("wall_s") or round(time.perf_counter() - start, 1)
         return row
