@@ -152,7 +152,9 @@ def test_bench_sessions_share_out_baselines_json(tmp_path, monkeypatch):
             self.settings.append(settings)
 
     sessions = Sessions()
-    bench._start_or_resume(plan, None, tmp_path / "1_t.py", tmp_path / "never-made", sessions)
+    from kernelsmith.agent.fleet import Episode
+
+    bench._start_or_resume(plan, None, Episode(tmp_path / "1_t.py", 0, tmp_path / "never-made"), sessions, None)
     assert eval_options(sessions.settings[0], config).cache_path == out / "baselines.json"
 
     class Sandbox:  # eval-only builds its own EvalOptions

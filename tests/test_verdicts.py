@@ -82,3 +82,55 @@ class ModelNew(Base):
     profiled = run_eval(workdir / "model_new.py", profile=True, min_runs=100)
     assert candidate_jobs.count("candidate") == 1 and candidate_jobs.count("profile") == 1
     assert not profiled.clean and profiled.stage == "profile", (profiled.error, profiled.violations)
+
+
+def test_a_fifo_in_the_workdir_never_blocks_the_key_and_means_no_reuse(workdir, task_dir):
+    """The agent's bash may `mkfifo`: opening one to hash it blocked the session forever (found by review)."""
+    import os
+    import threading
+
+    from kernelsmith.evaluation.options import EvalOptions
+
+    os.mkfifo(workdir / "kernels.pipe")
+    found = {}
+    thread = threading.Thread(target=lambda: found.setdefault(
+        "key", verdicts.key(task_dir / "model.py", workdir / "model_new.py", EvalOptions(), {})), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert "key" in found and found["key"] is None
+
+
+def test_the_key_covers_the_build_output_and_skips_only_what_no_candidate_sees(workdir, task_dir):
+    from kernelsmith.evaluation.options import EvalOptions
+
+    def key():
+        return verdicts.key(task_dir / "model.py", workdir / "model_new.py", EvalOptions(), {})
+
+    (workdir / ".kernelsmith" / "build").mkdir(parents=True)
+    (workdir / ".kernelsmith" / "build" / "ext.so").write_bytes(b"one build")
+    before = key()
+    (workdir / ".kernelsmith" / "sessions" / "s1").mkdir(parents=True)
+    (workdir / ".kernelsmith" / "sessions" / "s1" / "events.jsonl").write_text('{"the agent": "says"}\n')
+    assert key() == before  # hidden from every candidate jail (next test), so no channel to it
+    (workdir / ".kernelsmith" / "build" / "ext.so").write_bytes(b"another build")
+    assert key() != before
+
+
+def test_a_candidate_cannot_read_the_session_records_or_git(workdir, run_eval):
+    (workdir / ".kernelsmith" / "sessions" / "s1").mkdir(parents=True)
+    (workdir / ".kernelsmith" / "sessions" / "s1" / "events.jsonl").write_text("SECRET-MESSAGE\n")
+    (workdir / ".git").mkdir()
+    (workdir / ".git" / "HEAD").write_text("SECRET-HEAD\n")
+    (workdir / "model_new.py").write_text(PRELUDE + '''
+import os
+
+HERE = Path(__file__).parent
+SEEN = [p for p in (HERE / ".kernelsmith" / "sessions" / "s1" / "events.jsonl", HERE / ".git" / "HEAD") if p.exists()]
+
+
+class ModelNew(Base):
+    def forward(self, x):
+        raise RuntimeError("seen: " + ",".join(p.read_text().strip() for p in SEEN))
+''')
+    result = run_eval(workdir / "model_new.py")
+    assert "seen:" in result.error and "SECRET" not in result.error, result.error

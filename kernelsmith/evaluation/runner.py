@@ -335,6 +335,11 @@ def extra_env(values: dict[str, str]):
         _THREAD.env = before
 
 
+def extra_env_now() -> dict[str, str]:
+    """This thread's extra worker environment (the slot's GPU)."""
+    return dict(getattr(_THREAD, "env", {}))
+
+
 def _worker_env(job: dict) -> dict:
     merged = dict(os.environ)
     merged.update(getattr(_THREAD, "env", {}))

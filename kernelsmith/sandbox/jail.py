@@ -207,7 +207,18 @@ def worker_spec(job: dict, job_dir: str) -> JailSpec:
     limits = Limits(file_bytes=None if job["kind"] == "candidate" else 8 * GIB, processes=1024,
                     memory_bytes=None if gpu else physical_memory())
     return JailSpec(readable=tuple(readable), writable=tuple(dict.fromkeys(writable)),
-                    hidden=user_secret_dirs(), gpu=gpu, cwd=job.get("cwd"), limits=limits)
+                    hidden=user_secret_dirs() + session_dirs(job.get("cwd")), gpu=gpu, cwd=job.get("cwd"),
+                    limits=limits)
+
+
+# What a candidate never needs from its workdir: git's files and the session records, which hold the agent's
+# own messages (a channel from the agent to code that can tell verify from profile). Hidden, they also stay out
+# of what a reused verify verdict must cover (evaluation/verdicts.py).
+SESSION_DIRS = (".git", ".kernelsmith/sessions")
+
+
+def session_dirs(cwd: str | None) -> tuple[str, ...]:
+    return tuple(str(Path(cwd) / d) for d in SESSION_DIRS if cwd and (Path(cwd) / d).is_dir())
 
 
 def extra_writable() -> list[str]:
