@@ -148,6 +148,21 @@ def candidate(task_dir):
 
 
 @pytest.fixture
+def own_folder(task_dir, tmp_path):
+    """An honest candidate in a folder of its own (the shared task folder changes whenever a test adds
+    one); spare workers and kept verdicts are dropped afterwards."""
+    from kernelsmith.evaluation import runner, verdicts
+
+    folder = tmp_path / "wd"
+    folder.mkdir()
+    shutil.copy(task_dir / "libaxpb.so", folder / "libaxpb.so")
+    (folder / "model_new.py").write_text(PRELUDE + "\n" + HONEST)
+    yield folder
+    runner.SPARES.close()
+    verdicts.forget()
+
+
+@pytest.fixture
 def run_eval(task_dir):
     """Evaluate a candidate against the tiny task on the CPU with real worker processes."""
 

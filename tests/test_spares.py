@@ -4,25 +4,18 @@ when it started, and must serve only a job it was started for."""
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 
-from conftest import HONEST, PRELUDE
-from kernelsmith.evaluation import runner, verdicts
+from conftest import PRELUDE
+from kernelsmith.evaluation import runner
 from kernelsmith.evaluation.evaluate import candidate_job
 from kernelsmith.evaluation.options import EvalOptions
 
 
 @pytest.fixture
-def workdir(task_dir, tmp_path):
-    folder = tmp_path / "wd"
-    folder.mkdir()
-    shutil.copy(task_dir / "libaxpb.so", folder / "libaxpb.so")
-    (folder / "model_new.py").write_text(PRELUDE + "\n" + HONEST)
-    yield folder
-    runner.SPARES.close()
-    verdicts.forget()
+def workdir(own_folder):
+    return own_folder
 
 
 def test_the_next_verify_takes_the_spare_and_runs_the_files_edited_since(workdir, run_eval):

@@ -6,11 +6,10 @@ of every timed run's output to catch a candidate that is wrong only there."""
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 
-from conftest import HONEST, PRELUDE
+from conftest import PRELUDE
 from kernelsmith.evaluation import runner, verdicts
 from kernelsmith.sandbox import jail
 
@@ -18,13 +17,8 @@ pytestmark = pytest.mark.skipif(not jail.status().jailed, reason="verdicts are r
 
 
 @pytest.fixture
-def workdir(task_dir, tmp_path):
-    """A candidate in a folder of its own (the shared task folder changes whenever a test adds one)."""
-    folder = tmp_path / "wd"
-    folder.mkdir()
-    shutil.copy(task_dir / "libaxpb.so", folder / "libaxpb.so")
-    (folder / "model_new.py").write_text(PRELUDE + "\n" + HONEST)
-    return folder
+def workdir(own_folder):
+    return own_folder
 
 
 @pytest.fixture
