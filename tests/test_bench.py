@@ -7,11 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import TASK
+
+SESSION_RECORDS = "*/*/run0/.kernelsmith/sessions/*/events.jsonl"
 from kernelsmith.gitops import KernelRepo
 
 DATA = Path(__file__).parent / "data" / "bench"
@@ -184,11 +187,14 @@ def test_ctrl_c_ends_the_running_session_at_its_turn_and_resume_continues_that_s
     proc = subprocess.Popen(CLI + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**ENV, "PYTHONUNBUFFERED": "1"})
     seen = []
-    for line in proc.stdout:  # the first finished task's line: the second session has just started
+    for line in proc.stdout:  # the first finished task's line
         seen.append(line)
         if ": correct, " in line:
-            proc.send_signal(signal.SIGINT)
             break
+    deadline = time.monotonic() + 120
+    while len(list((out / "workdirs").glob(SESSION_RECORDS))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the second session has started: its record exists
+    proc.send_signal(signal.SIGINT)
     rest, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, "".join(seen) + rest + err
     assert "waiting for 1 running session" in rest

@@ -93,6 +93,7 @@ class Fleet:
         self.log = RowLog(out)
         self.workers = max(1, workers)
         self.stop = threading.Event()
+        self.running, self._counting = 0, threading.Lock()  # episodes inside their runner now
         if not resume and self.log.path.exists() and self.log.path.stat().st_size:
             raise BadInput(f"{out} already holds rows of an earlier run",
                            hint="pass --resume to continue it, or another --out")
@@ -123,7 +124,7 @@ class Fleet:
         except KeyboardInterrupt:
             self.stop.set()  # no new episode starts; running ones end at their next turn
             if on_stop:
-                on_stop(sum(thread.is_alive() for thread in threads))
+                on_stop(self.running)
             for thread in threads:
                 thread.join()  # a second Ctrl-C raises out of here: the daemons die with the process
             while not landed.empty():
@@ -146,8 +147,14 @@ class Fleet:
                 episode = todo.get_nowait()
             except queue.Empty:
                 return
-            row = self._one(episode, runner)
-            self.log.append(row)
+            with self._counting:
+                self.running += 1
+            try:
+                row = self._one(episode, runner)
+                self.log.append(row)
+            finally:
+                with self._counting:
+                    self.running -= 1
             landed.put(row)
 
     def _one(self, episode: Episode, runner: Runner) -> dict:
