@@ -46,7 +46,8 @@ def test_cache_that_starts_after_verification_is_caught(candidate, run_eval):
                 return out
     '''), profile=True, min_runs=30)
     assert not result.clean and result.reward == -1
-    assert any("wrong output at" in v for v in result.violations), result.violations
+    assert any("wrong output at" in v or "shares memory with the previous" in v for v in result.violations), \
+        result.violations
 
 
 def test_stale_answers_only_inside_timed_runs_are_caught_by_the_checksums(candidate, run_eval):
@@ -189,25 +190,33 @@ def test_one_profile_at_a_time(candidate, run_eval, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("large", [False, True])
-def test_input_pool_never_repeats_values(task_dir, monkeypatch, large):
-    import torch
+def test_the_candidates_inputs_are_a_fresh_draw_of_get_inputs_each_run(task_dir, monkeypatch, large):
+    """Every draw is get_inputs() under a seed from outside (here a counter): exactly what a trusted process
+    rebuilds from that seed, never a repeat, with get_inputs()'s own distribution; eager's fixed sets
+    (one when the inputs are large) are never handed to the candidate."""
+    import itertools
 
     from kernelsmith.harness import loading, profile
 
-    if large:  # every set counts as large: two sets, rescaled in place, no pristine copies
+    if large:
         monkeypatch.setattr(profile, "LARGE_INPUT_BYTES", 0)
     task = loading.load_module(task_dir / "model.py", "pool_task")
-    pool = profile.InputPool(task, [11, 12, 13, 14], "cpu", "fp32")
-    assert len(pool.slots) == (2 if large else 4)
-    assert (pool.sources is pool.slots) == large
-    first = loading.seeded_inputs(task, 11, "cpu", "fp32")[0]
-    seen = set()
-    for _ in range(40):
-        x = pool.next()[0]
-        seen.add(hash(x.numpy().tobytes()))
-        assert x.data_ptr() in {s[0].data_ptr() for s in pool.slots}
-    assert len(seen) == 40
-    assert torch.allclose(pool.slots[0][0], first, rtol=0.02)  # the distribution is kept
+    seeds = itertools.count(100)
+    pool = profile.InputPool(task, [11, 12], "cpu", "fp32", draw=lambda: next(seeds))
+    assert len(pool.sets) == (1 if large else 2)
+    fixed = {s[0].numpy().tobytes() for s in pool.sets}
+    seen, draws = set(), []
+    for i in range(40):
+        x = pool.next(fresh=True)[0]
+        assert pool.last == 100 + i
+        assert torch.equal(x, loading.seeded_inputs(task, 100 + i, "cpu", "fp32")[0])
+        seen.add(x.numpy().tobytes())
+        draws.append(x.clone())
+    assert len(seen) == 40 and not seen & fixed
+    ratios = [(a / b).std() / (a / b).abs().mean() for a in draws for b in draws + [s[0] for s in pool.sets]
+              if a is not b]
+    assert min(ratios) > 0.1  # no draw is a rescaled copy of another: no output is one multiplication away
+    assert {pool.next()[0].numpy().tobytes() for _ in range(4)} == fixed
 
 
 def only_when_timed(cheat: str, imports: str = "") -> str:
@@ -314,7 +323,8 @@ def test_a_harness_timer_patched_from_inside_is_caught_by_the_parents_clock(cand
             def forward(self, x):
                 _patch()
                 import time
-                time.sleep(0.004)  # a slow kernel, so that a third of its time is a clear "speed-up"
+                time.sleep(0.02)  # a slow kernel: the 14 ms it hides per run stand far above the noise
+                # of a loaded test machine (at 4 ms, 2.8 ms hidden sank in it under a parallel suite)
                 return kernel("axpb", x, self.bias)
     '''), profile=True, min_runs=30)
     assert not result.clean and result.reward == -1
@@ -450,3 +460,58 @@ def test_a_checksum_of_huge_values_falls_back_to_float64():
     out = torch.full((4096,), 3e19)  # float32 squares overflow
     total, norm, _ = checksum(out)
     assert norm == pytest.approx(float(out.double().norm()), rel=1e-12) and total == pytest.approx(4096 * 3e19)
+
+
+REPEATED_INPUTS = {
+    # the pool's source of seeds replaced by a constant: every draw is the same inputs
+    "draw": """
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "InputPool":
+            obj.draw = lambda: 12345
+""",
+    # the parent's seed is taken and claimed, but the inputs built are the first ones ever built
+    "rebuild": """
+    from kernelsmith.harness import loading
+    real, first = loading.seeded_inputs, []
+    def stale(task, seed, device, precision):
+        first.append(first[0] if first else real(task, seed, device, precision))
+        return first[0]
+    loading.seeded_inputs = stale
+""",
+}
+
+
+def repeating(attack: str) -> str:
+    """A candidate that makes the harness's own draws repeat, then answers repeated inputs from a cache."""
+    body = textwrap.indent(textwrap.dedent(REPEATED_INPUTS[attack]), "    ")
+    return f"""
+import gc
+_cache = {{}}
+
+def _repeat_the_inputs():
+{body}
+
+class ModelNew(Base):
+    def forward(self, x):
+        if not _cache:
+            _repeat_the_inputs()
+        seen = x.numpy()  # a view: numpy, not torch, so no torch compute is seen
+        answers = _cache.setdefault(seen.tobytes(), [])
+        if len(answers) == 3:  # the inputs repeat: an old answer is right, and free (three, taken in turn,
+            answers.append(answers.pop(0))  # so that none is the previous timed call's own memory)
+            return answers[-1]
+        out = kernel("axpb", x, self.bias)
+        answers.append(out)
+        return out
+"""
+
+
+@pytest.mark.parametrize("attack, caught_by", [("draw", "did not draw"),  # the parent's record of its seeds
+                                               ("rebuild", "replaced functions the harness relies on")])
+def test_a_candidate_that_rewrites_the_harness_input_draws_is_caught(candidate, run_eval, attack, caught_by):
+    """Which inputs a timed run has is decided outside the candidate's process, and checked there: code that
+    finds the harness's objects in memory and makes its draws repeat (so that a cache hits) is caught,
+    whether it claims the inputs it built or the seed it was given."""
+    result = run_eval(candidate(repeating(attack)), profile=True, min_runs=30)
+    assert not result.clean and result.reward == -1, (result.speedup_vs_eager, result.notes)
+    assert any(caught_by in v for v in result.violations), result.violations

@@ -120,7 +120,7 @@ def test_a_gpu_job_is_sent_only_while_no_other_job_holds_that_gpu(tmp_path, monk
     monkeypatch.setenv("KERNELSMITH_COMPUTE_LOCK_DIR", str(tmp_path / "locks"))
     (tmp_path / "locks").mkdir()
     job = {"kind": "checksums", "reference": str(tmp_path / "missing.py"), "seed": 1, "precision": "fp32",
-           "runs": [], "pool_seeds": []}
+           "runs": []}
 
     def sent_after(device: str, gpu: str, finished: dict) -> None:
         with runner.extra_env({"CUDA_VISIBLE_DEVICES": gpu}):

@@ -61,8 +61,16 @@ def busy(timings: dict) -> str:
     return ""
 
 
-def sample_runs(checksums: list) -> list[list]:
-    """A random sample of the timed runs, drawn here after the profile: [index, set, factor, sums]."""
+def timed_runs(checksums: list, seeds: list[int]) -> tuple[list[list], str]:
+    """([index, seed, sums] for a random sample of the timed runs, drawn here after the profile, with the
+    seeds this process handed out), or a violation: a count or a seed that is not the parent's record."""
+    if len(checksums) != len(seeds):
+        return [], (f"the profile reported {len(checksums)} timed outputs; the parent's clock saw {len(seeds)} "
+                    "timed runs of the candidate")
+    for index, (claim, seed) in enumerate(zip(checksums, seeds)):
+        if not isinstance(claim, list) or len(claim) != 2 or claim[0] != seed:
+            return [], (f"timed run {index} reports inputs the parent did not draw for it (inputs repeated, "
+                        "or the harness's draw replaced)")
     rng = random.Random(int.from_bytes(os.urandom(8), "little"))
-    picked = sorted(rng.sample(range(len(checksums)), min(CHECKED_RUNS, len(checksums))))
-    return [[i, *checksums[i]] for i in picked]
+    picked = sorted(rng.sample(range(len(seeds)), min(CHECKED_RUNS, len(seeds))))
+    return [[i, seeds[i], checksums[i][1]] for i in picked], ""

@@ -197,7 +197,7 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
     apply_profile(prof, result)
     _violation(result, checks.clock_disagreement(prof, clock.batches))
     if not result.violations:
-        check_timed_outputs(prof, result, checker)
+        check_timed_outputs(prof, result, checker, clock.seeds)
     if not result.violations:
         baselines_start = time.perf_counter()
         apply_baselines(reference, opts, prof, result)
@@ -222,14 +222,15 @@ def _violation(result: EvalResult, problem: str | None) -> None:
         result.stage = result.stage or "profile"
 
 
-def check_timed_outputs(prof: dict, result: EvalResult, checker: runner.Prestarted) -> None:
-    """The trusted checksums worker recomputes the reference for a random sample of the timed runs (drawn
-    here, after the profile) and judges the checksums the candidate's process took of those outputs."""
-    runs = checks.sample_runs(prof.get("checksums") or [])
-    if not runs:
-        return _violation(result, "the profile reported no checksums of its timed outputs")
+def check_timed_outputs(prof: dict, result: EvalResult, checker: runner.Prestarted, seeds: list[int]) -> None:
+    """The trusted checksums worker rebuilds the inputs of a random sample of the timed runs (drawn here,
+    after the profile) from the seeds this process handed out, recomputes the reference, and judges the
+    checksums the candidate's process took of those outputs."""
+    runs, problem = checks.timed_runs(prof.get("checksums") or [], seeds)
+    if problem or not runs:
+        return _violation(result, problem or "the profile reported no checksums of its timed outputs")
     try:
-        verdict = checker.run({"runs": runs, "pool_seeds": prof["pool_seeds"]})
+        verdict = checker.run({"runs": runs})
     except runner.JobFailed as err:
         return _violation(result, f"the timed outputs could not be checked: {err.reason}")
     result.seconds["checked_runs"] = verdict["checked"]

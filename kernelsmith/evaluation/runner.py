@@ -15,7 +15,9 @@ import ctypes
 import fcntl
 import json
 import os
+import secrets
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -202,14 +204,23 @@ class Prestarted:
 
 
 class ParentClock:
-    """A clock the candidate cannot reach: this process's perf_counter around each batch of timed runs
-    the worker announces over a pipe (`ready NAME`; go; `done`). The worker's own timers are checked
-    against it (evaluation/checks.py)."""
+    """A clock the candidate cannot reach, and the source of its timed runs' inputs.
+
+    The worker announces each batch of timed runs over a pipe (`ready NAME`; go; `done`) and this
+    process times it with its own perf_counter; the worker's timers are checked against that
+    (evaluation/checks.py). Before each fresh input draw the worker asks `draw` and gets a seed made
+    here, just then: nothing in the candidate's process knows a run's inputs before they are drawn,
+    and `seeds` (the latest draw before each candidate batch) says which inputs every timed run had,
+    whatever the worker claims."""
 
     MAX_BATCHES = 100_000
+    SEED = struct.Struct(">Q")
 
     def __init__(self):
         self.batches: dict[str, list[float]] = {}
+        self.seeds: list[int] = []  # per timed candidate run, in order
+        self.draws = 0
+        self._last: int | None = None
 
     @contextlib.contextmanager
     def serving(self, job: dict):
@@ -230,17 +241,30 @@ class ParentClock:
                 os.close(go_w)
 
     def _serve(self, reports, go_w: int) -> None:
+        """Until the worker closes its end or says something out of protocol (then it waits in vain)."""
         with reports:
-            while sum(map(len, self.batches.values())) < self.MAX_BATCHES:
+            while sum(map(len, self.batches.values())) + self.draws < self.MAX_BATCHES:
                 line = reports.readline()
-                if not line.startswith(b"ready "):
+                if line == b"draw\n":
+                    self._draw(go_w)
+                elif not (line.startswith(b"ready ") and self._batch(line, reports, go_w)):
                     return
-                start = time.perf_counter()
-                os.write(go_w, b"g")
-                if reports.readline() != b"done\n":
-                    return
-                name = line[6:].strip().decode(errors="replace")[:40]
-                self.batches.setdefault(name, []).append((time.perf_counter() - start) * 1e3)
+
+    def _draw(self, go_w: int) -> None:
+        self._last = secrets.randbelow(2**62 - 1) + 1
+        self.draws += 1
+        os.write(go_w, self.SEED.pack(self._last))
+
+    def _batch(self, line: bytes, reports, go_w: int) -> bool:
+        name = line[6:].strip().decode(errors="replace")[:40]
+        if name == "candidate":
+            self.seeds.append(self._last)
+        start = time.perf_counter()
+        os.write(go_w, b"g")
+        if reports.readline() != b"done\n":
+            return False
+        self.batches.setdefault(name, []).append((time.perf_counter() - start) * 1e3)
+        return True
 
 
 class Spares:

@@ -24,50 +24,59 @@ from kernelsmith.harness import compare as cmp
 from kernelsmith.harness import guards, lint, loading, op_watch, roofline
 from kernelsmith.harness.timing import Clocks, L2Flusher, gpu_lock, summarize
 
-POOL_SETS = 4
-SCALE_JITTER = 5e-3  # each run's inputs are the set's times 1 +- this: a replayed output is off by ~1e-3
-LARGE_INPUT_BYTES = 1 << 30
+POOL_SETS = 2  # fixed input sets the trusted contenders (eager, torch.compile) cycle through
+LARGE_INPUT_BYTES = 1 << 30  # above this, one fixed set: GPU memory holds it and the candidate's draw
 WARMUP_CALLS = 3
 SPOT_CHECKS = 4
 MAX_WALL_S = 300.0
 
 
 class InputPool:
-    """Distinct seeded input sets whose contents are rescaled in place before every run.
+    """The inputs of every run.
 
-    Every run sees inputs it has never seen (scale 1 +- 1e-3, so the distribution
-    is kept), at an address it has seen before: a cache keyed on the pointer or
-    on a fingerprint of the values returns stale results and fails the spot checks.
+    Each of the candidate's runs (timed, spot checked) gets a fresh draw of get_inputs(), under a seed
+    that `draw` fetches just before it: from the parent (ParentClock.draw), which keeps the seeds it
+    handed out and has the trusted side rebuild the inputs from them. So the inputs of a timed run are
+    independent of every earlier one, with get_inputs()'s exact distribution and structure (symmetric,
+    triangular, normalised inputs stay so), and nothing in this process knows them in advance: no cache,
+    no output derived from an earlier one (a rescaled input gave a rescaled product of a GEMM for one
+    multiplication), no answer computed ahead, and no object the candidate can find in memory decides
+    them. Eager and the warm-up, trusted code on nothing the candidate answers, cycle through fixed sets.
     """
 
-    def __init__(self, task, seeds: list[int], device: str, precision: str):
+    def __init__(self, task, seeds: list[int], device: str, precision: str, draw=None):
+        self.task, self.device, self.precision = task, device, precision
         first = loading.seeded_inputs(task, seeds[0], device, precision)
-        large = loading.nbytes(first) > LARGE_INPUT_BYTES  # big inputs defeat the L2 anyway: two sets
-        self.slots = [first] + [loading.seeded_inputs(task, s, device, precision) for s in seeds[1:2 if large else None]]
-        # Small inputs are rescaled from pristine copies; large ones in place (no second copy in
-        # GPU memory), where the product of the factors drifts by about 5e-3 * sqrt(runs).
-        self.sources = self.slots if large else [loading.clone_all(slot) for slot in self.slots]
-        self.rng = random.Random(seeds[0])
+        large = loading.nbytes(first) > LARGE_INPUT_BYTES
+        self.sets = [first] + [loading.seeded_inputs(task, s, device, precision) for s in seeds[1:1 if large else None]]
+        self.draw = draw
         self.runs = 0
-        self.factors = [1.0] * len(self.slots)
-        self.last = (0, 1.0)
+        self.fresh: list | None = None
+        self.last: int | None = None  # the seed of the latest fresh draw
 
-    def next(self) -> list:
-        k = self.runs % len(self.slots)
+    def next(self, fresh: bool = False) -> list:
+        """A fresh draw (the candidate's runs), or the next fixed set."""
+        if fresh:
+            self.fresh = None  # the previous draw's memory is free for this one
+            self.last = self.draw()
+            self.fresh = loading.seeded_inputs(self.task, self.last, self.device, self.precision)
+            return self.fresh
+        k = self.runs % len(self.sets)
         self.runs += 1
-        scale = 1.0 + self.rng.uniform(-SCALE_JITTER, SCALE_JITTER)
-        self.factors[k] = scale if self.sources is not self.slots else self.factors[k] * scale
-        self.last = (k, self.factors[k])  # what a trusted process needs to rebuild these inputs
-        for src, dst in zip(self.sources[k], self.slots[k]):
-            if isinstance(src, torch.Tensor) and src.is_floating_point():
-                torch.mul(src, scale, out=dst)
-        return self.slots[k]
+        return self.sets[k]
 
     def nbytes(self) -> int:
-        return loading.nbytes(self.slots[0])
+        return loading.nbytes(self.sets[0])
+
+
+def local_draws(seed: int):
+    """Seeds drawn in this process: for a profile run without the parent's clock (its own tests)."""
+    rng = random.Random(seed ^ 0x5EED)
+    return lambda: rng.randrange(1, 2**62)
 
 
 def _seeds(job: dict) -> list[int]:
+    """The fixed sets' seeds (trusted contenders only: what they are does not matter to a check)."""
     rng = random.Random(job["seed"])
     return [rng.randrange(1, 2**62) for _ in range(int(job.get("pool_sets", POOL_SETS)))]
 
@@ -78,14 +87,15 @@ def _budget(job: dict) -> tuple[int, float]:
 
 def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flusher,
                min_runs: int, min_seconds: float, between=None, watches: dict | None = None,
-               clock=None, record=None) -> dict:
+               clock=None, record=None, fresh: frozenset = frozenset()) -> dict:
     """Time every contender round-robin in random order until the budget is met.
 
     Each timed run is bracketed from outside this process by the parent's clock (ParentClock): the
     bracket holds the timed call and the checksum of its output (record), not the input rescale
     and the cache flush before it. watches[name], a context manager, is entered before that
     contender's timed call and left after it: outside the timed interval, so watching costs the
-    contender no time. between(name, run) runs after each run, outside the bracket (spot checks)."""
+    contender no time. between(name, run) runs after each run, outside the bracket (spot checks). The
+    contenders named in `fresh` get a fresh input draw for every run (InputPool)."""
     samples = {name: {"device": [], "full": [], "host": []} for name in contenders}
     order = list(contenders)
     rng = random.Random(len(order))
@@ -93,13 +103,13 @@ def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flu
     while True:
         rng.shuffle(order)
         for name in order:
-            inputs = pool.next()
+            inputs = pool.next(fresh=name in fresh)
             flusher.flush()
             with (clock.batch(name) if clock else nullcontext()):
                 with (watches or {}).get(name) or nullcontext():
                     dev_ms, full_ms, host_ms, out = clocks.time_call(contenders[name], inputs)
                 if record:
-                    record(name, pool.last, out)
+                    record(name, pool.last if name in fresh else None, out)
             for key, value in (("device", dev_ms), ("full", full_ms), ("host", host_ms)):
                 samples[name][key].append(value)
             del out
@@ -118,11 +128,11 @@ def _no_grad(fn):
     return call
 
 
-def _warm(fn, pool: InputPool, clocks: Clocks) -> float:
+def _warm(fn, pool: InputPool, clocks: Clocks, fresh: bool = False) -> float:
     """Warm-up calls (compilation happens here); returns their wall seconds."""
     t0 = clocks.perf_counter()
     for _ in range(WARMUP_CALLS):
-        fn(*pool.next())
+        fn(*pool.next(fresh))
     clocks.synchronize()
     return clocks.perf_counter() - t0
 
@@ -163,7 +173,8 @@ def run_profile(job: dict) -> dict:
     torch.manual_seed(job["seed"] + 1)
     model = candidate_module.ModelNew(*loading.init_inputs(task)).to(device)
     loading.load_weights(model, reference)
-    pool = InputPool(task, _seeds(job), device, precision)
+    draw = parent_clock.draw if parent_clock else local_draws(job["seed"])
+    pool = InputPool(task, _seeds(job), device, precision, draw)
     recorder = guards.OpRecorder()
     eager = _no_grad(reference)
 
@@ -175,11 +186,11 @@ def run_profile(job: dict) -> dict:
     sums = Checksums(device)
     with gpu_lock(device):
         flusher = L2Flusher(device)
-        warm_s = {"candidate": _warm(watched, pool, clocks), "eager": _warm(eager, pool, clocks)}
+        warm_s = {"candidate": _warm(watched, pool, clocks, fresh=True), "eager": _warm(eager, pool, clocks)}
         checks = SpotChecker(watched, eager, pool, precision, random.Random(job["seed"]), *_budget(job))
         samples = interleave({"candidate": candidate, "eager": eager}, pool, clocks, flusher, *_budget(job),
                              between=checks.maybe_check, watches={"candidate": native}, clock=parent_clock,
-                             record=sums.record)
+                             record=sums.record, fresh=frozenset({"candidate"}))
     violations = _profile_violations([recorder, native, tripwires], samples, checks, device) \
         + process_guard.violations() + sums.problems
     return {
@@ -189,9 +200,9 @@ def run_profile(job: dict) -> dict:
         "host_timings": {name: summarize(s["host"]) for name, s in samples.items()},
         "batches": {name: s["host"] for name, s in samples.items()},  # what each bracket of the parent's clock held
         "threads": torch.get_num_threads(),
-        "checksums": sums.runs, "pool_seeds": _seeds(job),
+        "checksums": sums.runs,
         "warmup_s": warm_s, "violations": violations, "spot_checks": checks.done,
-        "roofline": roofline.measure(reference, pool.sources[0], device, precision),
+        "roofline": roofline.measure(reference, pool.sets[0], device, precision),
     }
 
 
@@ -212,6 +223,17 @@ class ParentClock:
 
         self.os = os
         self.go, self.report = fds
+
+    def draw(self) -> int:
+        """The seed of the next fresh input draw, from the parent, which keeps it."""
+        self.os.write(self.report, b"draw\n")
+        data = b""
+        while len(data) < 8:
+            chunk = self.os.read(self.go, 8 - len(data))
+            if not chunk:
+                raise RuntimeError("the parent's clock went away")
+            data += chunk
+        return int.from_bytes(data, "big")
 
     @contextmanager
     def batch(self, name: str):
@@ -249,7 +271,8 @@ def checksum(out: torch.Tensor) -> list[float]:
 
 class Checksums:
     """The checksum of every timed candidate output, taken inside the parent's bracket of its run,
-    with the input set and factor of its run, so a trusted process can recompute the reference's."""
+    with the seed of its inputs' draw. The parent judges them against its own record of the seeds it
+    handed out (a claim of other inputs is a violation), through a trusted process that rebuilds them."""
 
     def __init__(self, device: str):
         self.device = device
@@ -258,7 +281,7 @@ class Checksums:
         self.previous: list = []  # the last timed output, kept alive: a new one may not share its memory
         self.kept: dict[str, list] = {}  # the other contenders' last outputs, freed in their next bracket
 
-    def record(self, name: str, last: tuple[int, float], out) -> None:
+    def record(self, name: str, seed: int | None, out) -> None:
         """Eager's outputs are summed too, and dropped: both contenders' brackets hold the same work.
 
         Each contender's previous output is freed here, inside its next bracket: freeing a large CPU tensor
@@ -277,24 +300,21 @@ class Checksums:
         if problems:
             self.problems.append(f"timed run {len(self.runs)}: " + "; ".join(problems))
             return
-        self.runs.append([last[0], last[1], [checksum(o.detach()) for o in outputs]])
+        self.runs.append([seed, [checksum(o.detach()) for o in outputs]])
         self.previous = outputs
 
 
 def reference_checksums(job: dict) -> dict:
-    """Trusted side (never loads candidate code): recompute the reference's outputs for the given timed
-    runs and judge the candidate's checksums of them against the precision's aggregate bound."""
+    """Trusted side (never loads candidate code): rebuild the inputs of the given timed runs from the seeds
+    the parent handed out, recompute the reference's outputs, and judge the candidate's checksums of them
+    against the precision's aggregate bound."""
     device, precision = job["device"], job["precision"]
     guards.set_precision_flags(precision)
     task = loading.load_module(job["reference"], "ks_reference")
     reference = _no_grad(loading.seeded_reference(task, job["seed"], device, precision))
-    sets: dict[int, list] = {}
     failures = []
-    for index, k, factor, sums in job["runs"]:
-        pristine = sets.setdefault(k, loading.seeded_inputs(task, job["pool_seeds"][k], device, precision))
-        inputs = [torch.mul(x, factor) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                  for x in pristine]
-        outputs = guards.flatten_outputs(reference(*inputs))
+    for index, seed, sums in job["runs"]:
+        outputs = guards.flatten_outputs(reference(*loading.seeded_inputs(task, seed, device, precision)))
         bounds = [cmp.tolerance_for(o.dtype, precision).rel_l2 for o in outputs]
         problem = checksum_mismatch(sums, [checksum(o.detach()) for o in outputs], bounds)
         if problem:
@@ -305,7 +325,7 @@ def reference_checksums(job: dict) -> dict:
 def checksum_mismatch(got: list, expected: list, bounds: list[float]) -> str:
     """Honest outputs meet ||c - r|| <= b ||r|| (verify's aggregate bound b), so by the triangle inequality
     | ||c|| - ||r|| | <= b ||r|| and |sum c - sum r| <= sqrt(n) b ||r||; twice that is allowed (inputs
-    rebuilt by one multiplication instead of many in place)."""
+    rebuilt in another process)."""
     if len(got) != len(expected):
         return f"{len(got)} outputs, the reference has {len(expected)}"
     for i, (claim, (r_sum, r_norm, n), b) in enumerate(zip(got, expected, bounds)):
@@ -363,7 +383,7 @@ class SpotChecker:
     def maybe_check(self, name: str, run: int) -> None:
         if name != "candidate" or run not in self.targets or self.failure:
             return
-        inputs = self.pool.next()
+        inputs = self.pool.next(fresh=True)
         outputs = guards.flatten_outputs(self.candidate(*inputs))
         problems = guards.output_problems(outputs, outputs[0].device.type if outputs else "cpu")
         if problems:
