@@ -129,6 +129,17 @@ case "$STEP" in
                 # kernel and the reference-as-candidate, jail on and off, two runs each (about 6 min cold)
     command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
     timeout 560 python3 bench/probes/eager_drift.py --runs 2 2>&1 | grep -v Warn | tee "$OUT/eager_drift.log" | tail -20 ;;
-  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
+  iteration-speed)  # issue 17: edit, build, verify, profile per task, kernelsmith's session beside CUDA Agent's
+                    # scripts (carry .dev: bubblewrap's .deb, kernelbench, cuda-agent-workdir from the
+                    # CUDA-Agent repository's agent_workdir). Rows survive in /tmp/ks-iter while the machine
+                    # is warm, so a second call goes on with the tasks the first did not reach.
+    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    K=.dev/kernelbench; C=bench/candidates; I=/tmp/ks-iter; mkdir -p $I
+    [ -e $I/.prewarmed ] && PREWARM= || PREWARM="--prewarm examples/rms_norm_rows/model.py:examples/rms_norm_rows/cuda"
+    timeout ${LIMIT:-560} python3 bench/iteration_speed.py $K/level1/89_cumsum.py:$C/level1_89_cumsum \
+      $K/level2/45_Gemm_Sigmoid_LogSumExp.py:$C/level2_45_Gemm_Sigmoid_LogSumExp $K/level1/21_Sigmoid.py:$C/level1_21_Sigmoid \
+      --cuda-agent .dev/cuda-agent-workdir --iterations ${ITER:-2} $PREWARM --resume --out $I > "$OUT/iteration_speed.log" 2>&1
+    touch $I/.prewarmed; cp $I/iteration_speed.jsonl "$OUT/" 2>/dev/null; grep -v Warn "$OUT/iteration_speed.log" | cut -c1-400 | tail -14 ;;
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|iteration-speed|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
      exit 2 ;;
 esac
