@@ -7,6 +7,7 @@ shape in a TORCH_CHECK message here and crash with SIGSEGV on the H200 machine (
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -182,3 +183,31 @@ def test_a_build_under_an_unfit_cxx_keeps_torch_check_messages_whole(bad_cxx, tm
     assert done.returncode == 0, done.stderr[-2000:]
     assert "RAISED first_rows: x must be [8, 512], got [4, 512]" in done.stdout, done.stdout + done.stderr[-2000:]
     assert f"CXX={bad_cxx} is not fit" in done.stdout
+
+
+BUILD_ONCE = textwrap.dedent("""
+    import json, sys
+    from kernelsmith.evaluation import runner
+    from kernelsmith.evaluation.evaluate import run_build
+    spawned = []
+    real_run_job = runner.run_job
+    runner.run_job = lambda *a, **k: spawned.append(1) or real_run_job(*a, **k)
+    built = run_build(__import__("pathlib").Path(sys.argv[1]), "cpu", False)
+    print(json.dumps({"ok": built["ok"], "worker": bool(spawned)}))
+""")
+
+
+def test_a_second_build_under_an_unfit_cxx_is_a_cache_hit_in_a_new_process(bad_cxx, tmp_path):
+    """The stamp names the compiler the worker built with (the system c++); the parent's check of the stamp
+    must compare it with the same one, not with the $CXX the user set (the CLI's `compile` of unchanged
+    kernels rebuilt every time on the H200, whose $CXX is unfit)."""
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    (kernels / "first_rows_binding.cpp").write_text(CHECKED_BINDING)
+    env = {**os.environ, "CXX": bad_cxx, "PYTHONPATH": os.pathsep.join(sys.path),
+           "KERNELSMITH_BUILD_DIR": str(tmp_path / "build")}
+    runs = [subprocess.run([sys.executable, "-c", BUILD_ONCE, str(kernels)], capture_output=True, text=True,
+                           env=env, timeout=600) for _ in range(2)]
+    answers = [json.loads(run.stdout.strip().splitlines()[-1]) for run in runs]
+    # the second finds the stamp here, in the parent, without starting a build worker
+    assert answers == [{"ok": True, "worker": True}, {"ok": True, "worker": False}], [r.stderr[-1500:] for r in runs]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kernelsmith.evaluation import build_plan as build, runner
 from kernelsmith.evaluation.result import EvalResult
-from kernelsmith.evaluation import checks, linkage, verdicts
+from kernelsmith.evaluation import checks, linkage, toolchain, verdicts
 from kernelsmith.sandbox import jail
 from kernelsmith.evaluation.baselines import apply_baselines, warm as warm_baselines
 from kernelsmith.evaluation.options import EvalOptions, seed_for
@@ -49,6 +49,9 @@ def finish(result: EvalResult, opts: EvalOptions) -> EvalResult:
 
 def run_build(kernels: Path, device: str, fast_math: bool, timeout_s: float = 1800.0) -> dict:
     """Build in a worker, unless the previous build still matches (checked here, without torch)."""
+    # the stamp's key holds the $CXX the worker built with, which choose_compiler may have replaced: the CLI's
+    # check missed every time where the user's $CXX is unfit (8 s on the H200 for a build with nothing to do)
+    toolchain.choose_compiler([])
     hit = build.cached_result(kernels, device, fast_math)
     if hit is not None:
         return hit.__dict__
