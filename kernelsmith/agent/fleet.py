@@ -122,9 +122,10 @@ class Fleet:
             for _ in pending:
                 self._land(landed.get(), rows, on_row)
         except KeyboardInterrupt:
+            running = self.running  # read first: once stop is set, an episode at its turn's start ends at once
             self.stop.set()  # no new episode starts; running ones end at their next turn
             if on_stop:
-                on_stop(self.running)
+                on_stop(running)
             for thread in threads:
                 thread.join()  # a second Ctrl-C raises out of here: the daemons die with the process
             while not landed.empty():
