@@ -138,8 +138,21 @@ case "$STEP" in
     [ -e $I/.prewarmed ] && PREWARM= || PREWARM="--prewarm examples/rms_norm_rows/model.py:examples/rms_norm_rows/cuda"
     timeout ${LIMIT:-560} python3 bench/iteration_speed.py $K/level1/89_cumsum.py:$C/level1_89_cumsum \
       $K/level2/45_Gemm_Sigmoid_LogSumExp.py:$C/level2_45_Gemm_Sigmoid_LogSumExp $K/level1/21_Sigmoid.py:$C/level1_21_Sigmoid \
-      --cuda-agent .dev/cuda-agent-workdir --iterations ${ITER:-2} $PREWARM --resume --out $I > "$OUT/iteration_speed.log" 2>&1
+      --cuda-agent .dev/cuda-agent-workdir --iterations ${ITER:-2} --sides ${SIDES:-kernelsmith,cuda-agent} $PREWARM \
+      --resume --out $I > "$OUT/iteration_speed.log" 2>&1
     touch $I/.prewarmed; cp $I/iteration_speed.jsonl "$OUT/" 2>/dev/null; grep -v Warn "$OUT/iteration_speed.log" | cut -c1-400 | tail -14 ;;
-  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|iteration-speed|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
+  eval-phases)  # where one evaluation's time goes (result.seconds: each worker's phases), on the 4 GB cumsum
+    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    K=.dev/kernelbench; C=bench/candidates
+    { df -h /dev/shm /tmp; nproc; free -g; } > "$OUT/machine.txt" 2>&1
+    for t in ${TASKS:-level1/89_cumsum:level1_89_cumsum}; do
+      cp $K/${t%%:*}.py $C/${t##*:}/model.py
+      for run in ${RUNS:-cold warm}; do
+        timeout ${LIMIT:-250} python3 -m kernelsmith.cli eval $C/${t##*:}/model.py $C/${t##*:}/model_new.py --json --no-compile \
+          2>"$OUT/${t##*:}_$run.err" | tail -1 > "$OUT/${t##*:}_$run.json"
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[1], r['correct'], r['error'][:200], r['seconds'])" "$OUT/${t##*:}_$run.json"
+      done
+    done; cat "$OUT/machine.txt" ;;
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|iteration-speed|eval-phases|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
      exit 2 ;;
 esac

@@ -100,8 +100,12 @@ def _candidate_then_judge(job: dict, seeds: dict, opts: EvalOptions) -> tuple[di
         # the judge imports torch while the candidate runs; it loads no candidate code either way
         judge_job = {**job, **seeds, "kind": "judge", "out_dir": worker.job["out_dir"]}
         with runner.Prestarted(judge_job, opts.timeout_s) as judge:
+            start = time.perf_counter()
             facts = worker.run(seeds)
-            return facts, judge.run({"facts": facts})
+            middle = time.perf_counter()
+            judged = judge.run({"facts": facts})
+            judged["walls"] = {"candidate": round(middle - start, 3), "judge": runner.elapsed(middle)}
+            return facts, judged
 
 
 def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> bool:
@@ -117,7 +121,19 @@ def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: Eva
         result.notes.append(err.log[-2000:])
         return False
     result.seconds["verify"] = runner.elapsed(start)
+    record_phases(result, "verify", judged.pop("walls"))
+    record_phases(result, "verify.candidate", facts.get("phases"))
+    record_phases(result, "verify.judge", judged.get("phases"))
     return _apply_verdicts(facts, judged, opts, result)
+
+
+def record_phases(result: EvalResult, prefix: str, phases) -> None:
+    """A worker's wall seconds per phase into result.seconds (informational: the workers report them)."""
+    if not isinstance(phases, dict):
+        return
+    for name, seconds in list(phases.items())[:12]:
+        if isinstance(name, str) and isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            result.seconds[f"{prefix}.{name[:24]}"] = round(float(seconds), 3)
 
 
 def _apply_verdicts(facts: dict, judged: dict, opts: EvalOptions, result: EvalResult) -> bool:
@@ -197,6 +213,7 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
         result.reject(f"profile failed: {err.reason}", stage="profile")
         return
     result.seconds["profile"] = runner.elapsed(start)
+    record_phases(result, "profile.worker", prof.get("phases"))
     apply_profile(prof, result)
     _violation(result, checks.clock_disagreement(prof, clock.batches))
     if not result.violations:
@@ -232,10 +249,12 @@ def check_timed_outputs(prof: dict, result: EvalResult, checker: runner.Prestart
     runs, problem = checks.timed_runs(prof.get("checksums") or [], seeds)
     if problem or not runs:
         return _violation(result, problem or "the profile reported no checksums of its timed outputs")
+    start = time.perf_counter()
     try:
         verdict = checker.run({"runs": runs})
     except runner.JobFailed as err:
         return _violation(result, f"the timed outputs could not be checked: {err.reason}")
+    result.seconds["profile.checksums"] = runner.elapsed(start)
     result.seconds["checked_runs"] = verdict["checked"]
     if verdict["failures"]:
         _violation(result, "wrong output at a timed run (caching, replay or work only when read): "

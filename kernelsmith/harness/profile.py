@@ -22,7 +22,7 @@ import torch
 
 from kernelsmith.harness import compare as cmp
 from kernelsmith.harness import guards, lint, loading, op_watch, roofline
-from kernelsmith.harness.timing import Clocks, L2Flusher, gpu_lock, summarize
+from kernelsmith.harness.timing import Clocks, L2Flusher, Phases, gpu_lock, summarize
 
 POOL_SETS = 2  # fixed input sets the trusted contenders (eager, torch.compile) cycle through
 LARGE_INPUT_BYTES = 1 << 30  # above this, one fixed set: GPU memory holds it and the candidate's draw
@@ -162,7 +162,7 @@ def run_profile(job: dict) -> dict:
     device, precision = job["device"], job["precision"]
     guards.set_precision_flags(precision)
     _same_threads(job)
-    clocks = Clocks(device)
+    clocks, phases = Clocks(device), Phases()
     parent_clock = ParentClock(job["clock_fds"]) if job.get("clock_fds") else None
     tripwires = op_watch.Tripwires()  # before the candidate can take references to the originals
     native, why_not = op_watch.open_watch()  # and before it could plant a module of the same name
@@ -184,15 +184,20 @@ def run_profile(job: dict) -> dict:
 
     candidate = _no_grad(model) if native else watched
     sums = Checksums(device)
+    phases.mark("load")
     with gpu_lock(device):
         flusher = L2Flusher(device)
         warm_s = {"candidate": _warm(watched, pool, clocks, fresh=True), "eager": _warm(eager, pool, clocks)}
+        phases.mark("warm")
         checks = SpotChecker(watched, eager, pool, precision, random.Random(job["seed"]), *_budget(job))
         samples = interleave({"candidate": candidate, "eager": eager}, pool, clocks, flusher, *_budget(job),
                              between=checks.maybe_check, watches={"candidate": native}, clock=parent_clock,
                              record=sums.record, fresh=frozenset({"candidate"}))
+        phases.mark("timed")
     violations = _profile_violations([recorder, native, tripwires], samples, checks, device) \
         + process_guard.violations() + sums.problems
+    rooflines = roofline.measure(reference, pool.sets[0], device, precision)
+    phases.mark("roofline")
     return {
         "op_watch": "native" if native else f"python dispatch mode ({why_not})",
         **_platform(device),
@@ -202,7 +207,7 @@ def run_profile(job: dict) -> dict:
         "threads": torch.get_num_threads(),
         "checksums": sums.runs,
         "warmup_s": warm_s, "violations": violations, "spot_checks": checks.done,
-        "roofline": roofline.measure(reference, pool.sets[0], device, precision),
+        "roofline": rooflines, "phases": phases.seconds,
     }
 
 

@@ -152,3 +152,18 @@ def summarize(samples: list[float]) -> dict:
         return ordered[min(n - 1, max(0, round(p * (n - 1))))]
 
     return {"median": pct(0.5), "p10": pct(0.1), "p90": pct(0.9), "min": ordered[0], "max": ordered[-1], "n": n}
+
+
+class Phases:
+    """Wall seconds per phase of a worker's job, for the parent's breakdown of where an evaluation's time
+    goes (`EvalResult.seconds`). Reported by the worker, so informational only: nothing is judged by it."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        """The time since the previous mark counts to `name` (phases named twice add up)."""
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._last, 3)
+        self._last = now

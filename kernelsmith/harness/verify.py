@@ -24,7 +24,7 @@ import torch
 
 from kernelsmith.evaluation.seeds import construct_seed
 from kernelsmith.harness import compare as cmp
-from kernelsmith.harness import guards, loading, transfer
+from kernelsmith.harness import guards, loading, timing, transfer
 
 
 def device_sync(device: str):
@@ -38,11 +38,12 @@ def run_candidate(job: dict) -> dict:
     device, precision = job["device"], job["precision"]
     out_dir = Path(job["out_dir"])
     sync = device_sync(device)
+    phases = timing.Phases()
     guards.set_precision_flags(precision)
     process_guard = guards.ProcessGuard()
     task = loading.load_module(job["reference"], "ks_reference")
     loading.require(task, "Model", "get_inputs", "get_init_inputs")
-    facts: dict = {"trials": [], "violations": [], "stage": "load"}
+    facts: dict = {"trials": [], "violations": [], "stage": "load", "phases": phases.seconds}
     candidate_module = loading.load_module(job["candidate"], "ks_candidate")
     loading.require(candidate_module, "ModelNew")
     facts["stage"] = "construct"
@@ -50,16 +51,20 @@ def run_candidate(job: dict) -> dict:
     # (instead of the weights loaded into it) fails (init_inputs leaves this seed in place)
     torch.manual_seed(construct_seed(job["seeds"]))
     model = candidate_module.ModelNew(*loading.init_inputs(task)).to(device)
+    phases.mark("load")
     facts["stage"] = "trials"
     last_out_bytes, buffers = 0, None
     for i, seeds in enumerate(job["seeds"]):
         buffers = reuse_buffers(buffers, trial_inputs(task, seeds, device, precision))
+        phases.mark("inputs")
         trial = _candidate_trial(task, model, seeds, buffers, device, precision, sync, last_out_bytes)
         facts["trials"].append(trial)
+        phases.mark("trials")
         if trial.get("error"):
             break
         last_out_bytes = trial["out_bytes"]
         transfer.save_outputs(trial.pop("outputs"), out_dir / f"trial{i}.bin")
+        phases.mark("save")
     facts["violations"] += process_guard.violations()
     facts["stage"] = "done"
     return facts
@@ -159,15 +164,15 @@ def judge(job: dict, facts: dict) -> dict:
     device, precision = job["device"], job["precision"]
     guards.set_precision_flags(precision)
     task = loading.load_module(job["reference"], "ks_reference")
-    verdicts = []
+    verdicts, phases = [], timing.Phases()
     for i, (seeds, trial) in enumerate(zip(job["seeds"], facts["trials"])):
-        verdict = _judge_trial(task, seeds, trial, Path(job["out_dir"]) / f"trial{i}.bin", device, precision)
+        verdict = _judge_trial(task, seeds, trial, Path(job["out_dir"]) / f"trial{i}.bin", device, precision, phases)
         verdict["stress"] = (seeds.get("stress") or {}).get("name")
         verdicts.append(verdict)
-    return {"trials": verdicts}
+    return {"trials": verdicts, "phases": phases.seconds}
 
 
-def _judge_trial(task, seeds, trial, saved: Path, device, precision) -> dict:
+def _judge_trial(task, seeds, trial, saved: Path, device, precision, phases: timing.Phases) -> dict:
     stress = seeds.get("stress")
     if trial.get("error"):
         return {"ok": False, "reason": trial["error"]}
@@ -176,15 +181,18 @@ def _judge_trial(task, seeds, trial, saved: Path, device, precision) -> dict:
     pristine = loading.clone_all(inputs)
     with torch.no_grad():
         reference = [r.detach() for r in guards.flatten_outputs(model(*inputs))]
+    phases.mark("reference")
     if stress and not _finite(reference):
         # outside the task's domain (exp overflowed, a log of a negative): nothing to compare
         why = f"skipped: the reference is not finite on stressed inputs ({stress['name']})"
         return {"ok": None, "skipped": why, "reason": why, "violations": list(trial.get("violations", []))}
     jittered = _jittered_reference(model, inputs, seeds["inputs"]) if stress else None
     accurate = _accurate_reference(model, inputs) if precision in ("bf16", "fp16") and not stress else None
+    phases.mark("reference")
     candidate = transfer.load_outputs(saved)  # mapped; compare copies each to the device
     verdict = cmp.compare_all(candidate, reference, precision, stressed=bool(stress), jittered=jittered,
                               accurate=accurate)
+    phases.mark("compare")
     if stress and not verdict["ok"]:
         verdict["reason"] = f"on stressed inputs ({stress['name']}): {verdict['reason']}"
     verdict["violations"] = list(trial.get("violations", []))
