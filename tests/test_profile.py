@@ -515,3 +515,21 @@ def test_a_candidate_that_rewrites_the_harness_input_draws_is_caught(candidate, 
     result = run_eval(candidate(repeating(attack)), profile=True, min_runs=30)
     assert not result.clean and result.reward == -1, (result.speedup_vs_eager, result.notes)
     assert any(caught_by in v for v in result.violations), result.violations
+
+
+def test_a_helper_process_beside_the_timed_candidate_is_caught(candidate, run_eval):
+    """Compute in a process of the candidate's own making is watched by nothing (no op watch, no load check):
+    a server there could run torch.compile's code while the candidate's kernel only copies its answers. The
+    parent counts the worker's processes around every timed run; this helper only waits, and is still seen."""
+    result = run_eval(candidate('''
+        import subprocess, sys
+
+        _helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+        class ModelNew(Base):
+            def forward(self, x):
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=30)
+    assert not result.clean and result.reward == -1, (result.speedup_vs_eager, result.notes)
+    assert any("besides the worker ran while the candidate was timed" in v for v in result.violations), \
+        result.violations

@@ -30,6 +30,16 @@ def _sigma(values: list[float]) -> float:
     return 1.4826 * statistics.median(abs(v - mid) for v in values)
 
 
+def helper_processes(clock) -> str | None:
+    """A process beside the worker while its candidate was timed: compute there is watched by nothing (a
+    server running torch.compile's code, say, with the candidate's kernel only copying its answers)."""
+    extra = clock.most_processes - clock.expected_processes
+    if extra > 0:
+        return (f"{extra} process(es) besides the worker ran while the candidate was timed (compute outside "
+                "the watched process is not the candidate's kernel)")
+    return None
+
+
 def clock_disagreement(prof: dict, parent: dict[str, list[float]]) -> str | None:
     """The worker's timers against the parent's clock. Each bracket costs the parent the run's in-process
     host time plus the harness's own per-run work (the checksum, the pipe), the same code for both; so

@@ -65,6 +65,32 @@ def _pids_where(field: int, value: int) -> list[int]:
     return found
 
 
+def _parents() -> dict[int, int]:
+    """Every visible process's parent, from one read of /proc (gVisor has no /proc/PID/task/TID/children)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return parents
+
+
+def process_tree(root: int) -> list[int]:
+    """root and every process below it. A jailed worker's PID namespace hangs off bwrap whole: an orphan
+    in it is adopted by the namespace's init, never by a process outside."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    tree, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        tree.append(pid)
+        frontier += children.get(pid, [])
+    return tree
+
+
 def _children_of(pid: int) -> list[int]:
     return _pids_where(1, pid)
 
@@ -181,6 +207,8 @@ class Prestarted:
         except BaseException:
             self._close()
             raise
+        if self.clock:
+            self.clock.census(self.proc.pid, jail.status().jailed and self.job["kind"] in jail.UNTRUSTED_JOBS)
         return self
 
     def run(self, rest: dict) -> dict:
@@ -221,6 +249,18 @@ class ParentClock:
         self.seeds: list[int] = []  # per timed candidate run, in order
         self.draws = 0
         self._last: int | None = None
+        self.worker_pid, self.expected_processes = None, 1
+        self.most_processes = 0  # the most processes of the worker's tree seen at a candidate batch
+
+    def census(self, pid: int, jailed: bool) -> None:
+        """Count the worker's processes at each candidate batch: in the jail bwrap, the namespace's init and
+        the worker; bare, the worker. Any other (a helper started by the candidate, computing where neither
+        the op watch nor the load checks look) is a violation (evaluation/checks.py)."""
+        self.worker_pid, self.expected_processes = pid, 3 if jailed else 1
+
+    def _count(self) -> None:
+        if self.worker_pid is not None:
+            self.most_processes = max(self.most_processes, len(process_tree(self.worker_pid)))
 
     @contextlib.contextmanager
     def serving(self, job: dict):
@@ -259,11 +299,14 @@ class ParentClock:
         name = line[6:].strip().decode(errors="replace")[:40]
         if name == "candidate":
             self.seeds.append(self._last)
+            self._count()  # before and after the bracket, never inside it
         start = time.perf_counter()
         os.write(go_w, b"g")
         if reports.readline() != b"done\n":
             return False
         self.batches.setdefault(name, []).append((time.perf_counter() - start) * 1e3)
+        if name == "candidate":
+            self._count()
         return True
 
 
