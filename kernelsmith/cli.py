@@ -454,6 +454,61 @@ def _stored_meta(out: Path) -> dict:
     return json.loads(path.read_text()).get("meta", {}) if path.is_file() else {}
 
 
+@app.command()
+def synth(out: Path = typer.Option(..., "--out", help="folder for tasks/, manifest.jsonl and README.md"),
+          count: int = typer.Option(100, "--count", help="tasks to accept"),
+          max_ops: int = typer.Option(5, "--max-ops", help="operators per task at most"),
+          seed: int = typer.Option(0, "--seed", help="the same seed gives the same candidates"),
+          device: Optional[str] = DeviceOpt,
+          composer: str = typer.Option("combinatorial", "--composer", help="combinatorial, anthropic or openai"),
+          against: List[Path] = typer.Option([], "--decontaminate-against",
+                                             help="folder of evaluation tasks (repeatable)"),
+          workers: int = typer.Option(1, "--workers", help="rubric jobs at a time"),
+          resume: bool = typer.Option(False, "--resume", help="continue the run in --out"),
+          eager_window: Optional[str] = typer.Option(None, "--eager-window",
+                                                     help="LOW,HIGH eager ms (default 1,100 on cuda; 0.05,50 on cpu)"),
+          threshold: Optional[float] = typer.Option(None, "--threshold", help="decontamination similarity (0-1)"),
+          model: Optional[str] = typer.Option(None, "--model", help="LLM composer: model name"),
+          base_url: Optional[str] = typer.Option(None, "--base-url", help="LLM composer: API endpoint"),
+          as_json: bool = JsonOpt) -> None:
+    """Synthesize a training set of fused tasks, checked by a rubric and decontaminated (docs/synth.md)."""
+    from kernelsmith.synth import run as synth_run
+
+    plan = synth_run.SynthPlan(out=out.resolve(), count=count, max_ops=max_ops, seed=seed,
+                               device=_options(device, None).device, composer=composer, against=list(against),
+                               workers=workers, resume=resume, window_ms=_window(eager_window),
+                               backend_flags={"model": model, "base_url": base_url})
+    if threshold is not None:
+        plan.threshold = threshold
+    if as_json:
+        print(json.dumps(synth_run.synthesize(plan)))
+        return
+    with synth_run.ProgressView(plan) as view:
+        summary = synth_run.synthesize(plan, view.on_row)
+    _report_synth(summary, plan.out)
+
+
+def _window(text: Optional[str]):
+    if text is None:
+        return None
+    try:
+        low, high = (float(v) for v in text.split(","))
+    except ValueError:
+        raise BadInput(f"bad --eager-window {text!r}", "write LOW,HIGH in ms, e.g. 0.05,50") from None
+    return (low, high)
+
+
+def _report_synth(summary: dict, out: Path) -> None:
+    from kernelsmith.console import console
+
+    stages = ", ".join(f"{s} {n}" for s, n in summary["rejected_by_stage"].items()) or "none"
+    console.print(f"accepted {summary['accepted']} of {summary['target']} from {summary['candidates']} candidates; "
+                  f"rejected by stage: {stages}")
+    console.print(f"tasks: {out}/tasks, manifest: {out}/manifest.jsonl, summary: {out}/README.md")
+    if summary["accepted"] < summary["target"]:
+        raise typer.Exit(1)
+
+
 WorkdirOpt = typer.Option(None, "--workdir", "-w", help="workdir (default: .)")
 
 

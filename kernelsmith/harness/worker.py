@@ -35,8 +35,17 @@ def _handlers(kind: str = ""):
         "baselines": profile.run_baselines,
         "checksums": profile.reference_checksums,
         "lint": lint.lint_task,
+        "rubric": lambda job: _synth().run_rubric(job),
+        "opgraph": lambda job: _synth().capture_graph(job),
         "prepare": _prepare,
     }
+
+
+def _synth():
+    """kernelsmith synth's rubric and graph capture (kernelsmith/synth/rubric_job.py)."""
+    from kernelsmith.synth import rubric_job
+
+    return rubric_job
 
 
 def _prepare(job: dict) -> dict:

@@ -173,7 +173,8 @@ def user_secret_dirs() -> tuple[str, ...]:
 
 # --- workers ---------------------------------------------------------------------------------
 
-UNTRUSTED_JOBS = ("build", "candidate", "profile")  # the jobs that load or compile candidate code
+UNTRUSTED_JOBS = ("build", "candidate", "profile", "rubric", "opgraph")  # the jobs that load or compile candidate
+# code; synth's rubric and opgraph jobs run task files an LLM may have written
 
 
 def lock_dir() -> str:

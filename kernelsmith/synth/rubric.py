@@ -1,0 +1,81 @@
+"""The rubric, parent side: each task is checked by a "rubric" job in a fresh, jailed worker
+(kernelsmith/synth/rubric_job.py), up to `workers` at a time. On cuda the jobs are spread over the
+visible GPUs the way the local sandbox pins them, and jobs that share a GPU take turns
+(runner.compute_lock), so eager times are never measured side by side."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from pathlib import Path
+
+from kernelsmith.evaluation import runner
+
+WINDOWS_MS = {"cuda": (1.0, 100.0), "cpu": (0.05, 50.0)}
+TIMEOUT_S = 600.0  # torch.compile of a large graph on a busy machine takes minutes
+
+
+def inductor_cache_dir() -> Path:
+    """Where the rubric's torch.compile keeps its kernels between jobs and runs (combinatorial tasks only)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    path = base / "kernelsmith" / "synth-inductor"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def rubric_job(path: Path, device: str, window_ms: tuple[float, float], threads: int, trusted: bool) -> dict:
+    job = {"kind": "rubric", "reference": str(path.resolve()), "cwd": str(path.resolve().parent),
+           "device": device, "window_ms": list(window_ms), "threads": threads}
+    if trusted:  # a task an LLM wrote could leave compiled code there for the next job to load
+        job["out_dir"] = job["inductor_cache"] = str(inductor_cache_dir())  # out_dir: writable in the jail
+    return job
+
+
+def failed_job(err: runner.JobFailed) -> dict:
+    """A worker that crashed, hung or raised outside the stages: a rejection at stage "run"."""
+    return {"accepted": False, "stage": "run", "reason": err.reason.splitlines()[0][:400], "checks": {},
+            "eager_ms": None, "compile_ms": None, "stage_s": {}}
+
+
+def run_rubric(job: dict, timeout: float = TIMEOUT_S) -> dict:
+    try:
+        return runner.run_job(job, timeout)
+    except runner.JobFailed as err:
+        return failed_job(err)
+
+
+def capture_graphs(folder: Path, timeout: float = TIMEOUT_S) -> dict:
+    """Every task's operator graph under folder, captured in one jailed worker."""
+    job = {"kind": "opgraph", "folder": str(folder.resolve()), "cwd": str(folder.resolve()), "device": "cpu"}
+    return runner.run_job(job, timeout)
+
+
+def capture_graph(path: Path, timeout: float = TIMEOUT_S) -> dict:
+    """One task's operator graph, captured in a jailed worker (the task may be an LLM's)."""
+    job = {"kind": "opgraph", "reference": str(path.resolve()), "cwd": str(path.resolve().parent), "device": "cpu"}
+    return runner.run_job(job, timeout)
+
+
+class RubricPool:
+    """What every rubric job of a run shares: the device, the window, the threads per job and the GPUs
+    to spread jobs over. check() blocks; the driver calls it from up to `workers` threads."""
+
+    def __init__(self, device: str, workers: int, window_ms: tuple[float, float]):
+        self.device, self.window_ms = device, window_ms
+        self.threads = max(1, (os.cpu_count() or 1) // workers)  # eager's intra-op threads per job
+        self._slots = itertools.cycle(self._gpu_envs())
+        self._lock = threading.Lock()
+
+    def _gpu_envs(self) -> list[dict]:
+        if self.device != "cuda":
+            return [{}]
+        from kernelsmith.sandbox.local import gpu_slots
+
+        return [slot.env for slot in gpu_slots(None)] or [{}]
+
+    def check(self, path: Path, trusted: bool) -> dict:
+        with self._lock:
+            env = next(self._slots)
+        with runner.extra_env(env):
+            return run_rubric(rubric_job(path, self.device, self.window_ms, self.threads, trusted))

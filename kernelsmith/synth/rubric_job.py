@@ -1,0 +1,193 @@
+"""The rubric, worker side (the "rubric" job, run jailed: an LLM-written task is untrusted code).
+
+Stages, cheapest first, the first failure ends the job: load, eager, finite, deterministic,
+trivial (near zero or constant), dependence (each input, and the weights), timing (eager within
+the window), compile (torch.compile(fullgraph=True) runs and agrees with eager). A task that
+graph-breaks is rejected at compile: it gives a fusing compiler no single graph to work on.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from kernelsmith.harness import guards, loading
+
+NEAR_ZERO = 1e-6
+WEIGHTS, INPUTS, OTHER_INPUTS, OTHER_WEIGHTS = 1, 2, 3, 4
+
+
+class Rejected(Exception):
+    def __init__(self, stage: str, reason: str):
+        super().__init__(reason)
+        self.stage, self.reason = stage, reason
+
+
+def _outputs(model, inputs: list) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return [o.detach() for o in guards.flatten_outputs(model(*inputs))]
+
+
+def _run(task, device: str, weights: int = WEIGHTS, inputs: list | None = None, forward_seed: int = 11) -> list:
+    model = loading.seeded_reference(task, weights, device, "fp32")
+    inputs = loading.seeded_inputs(task, INPUTS, device, "fp32") if inputs is None else inputs
+    torch.manual_seed(forward_seed)  # randomness inside forward must show up as non-determinism
+    return _outputs(model, inputs)
+
+
+def _close(a: list, b: list, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+    return len(a) == len(b) and all(
+        x.shape == y.shape and torch.allclose(x.double(), y.double(), rtol=rtol, atol=atol, equal_nan=True)
+        for x, y in zip(a, b))
+
+
+def _equal(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
+
+
+def _stage(stage: str, fn, *args):
+    """fn(*args); any exception it raises is this stage's rejection."""
+    try:
+        return fn(*args)
+    except Rejected:
+        raise
+    except Exception as err:  # noqa: BLE001  (task code may raise anything)
+        raise Rejected(stage, f"{type(err).__name__}: {err}".strip()[:400]) from None
+
+
+def check_finite(outputs: list) -> None:
+    for i, out in enumerate(outputs):
+        if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+            raise Rejected("finite", f"output {i} has NaN or Inf values")
+
+
+def check_deterministic(task, base: list, device: str) -> str:
+    again = _run(task, device, forward_seed=12)
+    if _equal(base, again):
+        return "bitwise"
+    if _close(base, again):
+        return "within 1e-5"  # atomics: the order of a float reduction may vary
+    raise Rejected("deterministic", "outputs differ between two runs on the same inputs and weights")
+
+
+def check_nontrivial(outputs: list) -> None:
+    for i, out in enumerate(o.double() for o in outputs if o.is_floating_point()):
+        peak = float(out.abs().max()) if out.numel() else 0.0
+        if peak < NEAR_ZERO:
+            raise Rejected("trivial", f"output {i} is near zero everywhere (max |x| < {NEAR_ZERO:g})")
+        if out.numel() > 1 and float(out.std()) < NEAR_ZERO * max(1.0, float(out.abs().mean())):
+            raise Rejected("trivial", f"output {i} is constant")
+
+
+def check_dependence(task, base: list, device: str) -> dict:
+    """Each input alone replaced by a fresh draw, then the weights: the output must change."""
+    inputs = loading.seeded_inputs(task, INPUTS, device, "fp32")
+    others = loading.seeded_inputs(task, OTHER_INPUTS, device, "fp32")
+    for i, other in enumerate(others):
+        if not isinstance(other, torch.Tensor):
+            continue
+        changed = inputs[:i] + [other] + inputs[i + 1:]
+        if _close(base, _run(task, device, inputs=changed)):
+            raise Rejected("dependence", f"output does not change when input {i} changes (ignores input {i})")
+    params = sum(p.numel() for p in loading.seeded_reference(task, WEIGHTS, device, "fp32").parameters())
+    if params and _close(base, _run(task, device, weights=OTHER_WEIGHTS)):
+        raise Rejected("dependence", "output does not change when the weights change (ignores its weights)")
+    return {"inputs": len(others), "params": params}
+
+
+def median_ms(fn, inputs: list, device: str, budget_s: float = 0.3, max_runs: int = 50) -> float:
+    """Median wall time of fn(*inputs) after two warm-up calls, synchronised on CUDA."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    with torch.no_grad():
+        for _ in range(2):
+            fn(*inputs)
+        sync()
+        samples, start = [], time.perf_counter()
+        while len(samples) < 3 or (len(samples) < max_runs and time.perf_counter() - start < budget_s):
+            t0 = time.perf_counter()
+            fn(*inputs)
+            sync()
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def check_window(eager_ms: float, window: list[float]) -> None:
+    low, high = window
+    if eager_ms < low:
+        raise Rejected("timing", f"eager {eager_ms:.4g} ms is below the window's {low:g} ms (too small a workload)")
+    if eager_ms > high:
+        raise Rejected("timing", f"eager {eager_ms:.4g} ms is above the window's {high:g} ms (too large a workload)")
+
+
+def check_compile(task, base: list, device: str) -> tuple[float, float]:
+    """(compile seconds, compiled ms) of torch.compile(fullgraph=True), which must agree with eager."""
+    model = loading.seeded_reference(task, WEIGHTS, device, "fp32")
+    inputs = loading.seeded_inputs(task, INPUTS, device, "fp32")
+    compiled = torch.compile(model, fullgraph=True)
+    start = time.perf_counter()
+    torch.manual_seed(11)
+    got = _outputs(compiled, inputs)
+    seconds = time.perf_counter() - start
+    if not _close(base, got, rtol=1e-3, atol=1e-3):
+        raise Rejected("compile", "torch.compile's output differs from eager's beyond 1e-3")
+    return seconds, median_ms(compiled, inputs, device)
+
+
+def run_rubric(job: dict) -> dict:
+    """The job's answer: accepted, or the stage and reason of the rejection; checks and times so far."""
+    import os
+
+    # inductor's pool of compile processes costs seconds to start and buys nothing for one small graph
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    if job.get("inductor_cache"):  # shared by the tasks of one run that kernelsmith itself wrote
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = job["inductor_cache"]
+    report = {"accepted": False, "stage": None, "reason": None, "checks": {}, "eager_ms": None,
+              "compile_ms": None, "stage_s": {}}
+    try:
+        _stages(job, report)
+        report["accepted"] = True
+    except Rejected as rejected:
+        report["stage"], report["reason"] = rejected.stage, rejected.reason
+    return report
+
+
+def _timed(report: dict, stage: str, fn, *args):
+    start = time.perf_counter()
+    try:
+        return _stage(stage, fn, *args)
+    finally:
+        report["stage_s"][stage] = round(report["stage_s"].get(stage, 0.0) + time.perf_counter() - start, 4)
+
+
+def _stages(job: dict, report: dict) -> None:
+    device, checks = job["device"], report["checks"]
+    task = _timed(report, "load", _load, job["reference"])
+    base = _timed(report, "eager", _run, task, device)
+    _timed(report, "finite", check_finite, base)
+    checks["deterministic"] = _timed(report, "deterministic", check_deterministic, task, base, device)
+    _timed(report, "trivial", check_nontrivial, base)
+    checks["dependence"] = _timed(report, "dependence", check_dependence, task, base, device)
+    model = loading.seeded_reference(task, WEIGHTS, device, "fp32")
+    inputs = loading.seeded_inputs(task, INPUTS, device, "fp32")
+    report["eager_ms"] = round(_timed(report, "timing", median_ms, model, inputs, device), 5)
+    _timed(report, "timing", check_window, report["eager_ms"], job["window_ms"])
+    compile_s, compile_ms = _timed(report, "compile", check_compile, task, base, device)
+    report["compile_ms"], checks["compile_s"] = round(compile_ms, 5), round(compile_s, 3)
+
+
+def _load(path: str):
+    task = loading.load_module(path, "ks_synth_task")
+    loading.require(task, "Model", "get_inputs", "get_init_inputs")
+    return task
+
+
+def capture_graph(job: dict) -> dict:
+    """The "opgraph" job: the operator graph of one task file, or of every task under a folder."""
+    from kernelsmith.synth import decontaminate
+
+    if job.get("folder"):
+        return decontaminate.capture_folder(job["folder"])
+    with open(job["reference"]) as f:
+        return decontaminate.capture_source(f.read()).to_dict()

@@ -1,0 +1,162 @@
+"""kernelsmith synth end to end through the CLI on the CPU: real composer, real jailed rubric workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelsmith.cli import main
+from kernelsmith.synth.run import TIMING_KEYS
+from kernelsmith.task import check_task, load_task
+
+from fakeapi import FakeAPI
+from synth_tasks import DIFFERENT, EVAL_TASKS, RENAMED_RESIZED, write_tasks
+
+WINDOW = "0.0001,10000"  # every sane CPU task fits: accepting never hangs on timing noise near an edge
+COUNT = 3
+
+
+def synth_args(out: Path, against: Path, *more: str) -> list[str]:
+    return ["synth", "--out", str(out), "--count", str(COUNT), "--device", "cpu", "--seed", "7",
+            "--workers", "2", "--eager-window", WINDOW, "--decontaminate-against", str(against), *more]
+
+
+def rows_of(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+
+
+def without_timings(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
+
+
+@pytest.fixture(scope="module")
+def eval_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("kernelbench")
+    write_tasks(folder, EVAL_TASKS)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, eval_dir) -> Path:
+    out = tmp_path_factory.mktemp("synth") / "run"
+    assert main(synth_args(out, eval_dir)) == 0
+    return out
+
+
+def test_a_small_cpu_run_writes_tasks_manifest_and_readme(first_run):
+    accepted = [r for r in rows_of(first_run) if r["status"] == "accepted"]
+    files = sorted(p.name for p in (first_run / "tasks").glob("*.py"))
+    assert len(accepted) == COUNT and files == sorted(Path(r["file"]).name for r in accepted)
+    for row in accepted:
+        assert row["composer"] == "combinatorial" and row["seed"] == 7 and row["kernelsmith"]
+        assert row["eager_ms"] > 0 and row["compile_ms"] > 0 and row["rubric"]["checks"]["deterministic"]
+        assert 1 <= row["op_count"] == len(row["ops"]) <= 5 and row["inputs"][0]["shape"]
+        assert row["nearest"]["task"].startswith(first_run.parent.parent.name) or row["nearest"]["task"]
+        assert 0 <= row["nearest"]["similarity"] < 0.75
+    readme = (first_run / "README.md").read_text()
+    assert f"{COUNT} of {COUNT} tasks accepted" in readme and "Operator-count mix" in readme
+    assert "Rejections per stage" in readme
+
+
+def test_each_task_loads_with_the_task_loader_and_runs(first_run):
+    for path in sorted((first_run / "tasks").glob("*.py")):
+        source = load_task(str(path))
+        assert "class Model(nn.Module)" in source.source
+        report = check_task(path, "cpu")  # the reference runs in a worker, as `kernelsmith init` checks it
+        assert report["outputs"] and not report["warnings"], (path.name, report["warnings"])
+
+
+def test_the_same_seed_gives_the_same_files_and_manifest(first_run, eval_dir, tmp_path):
+    again = tmp_path / "again"
+    assert main(synth_args(again, eval_dir)) == 0
+    for path in (first_run / "tasks").glob("*.py"):
+        assert (again / "tasks" / path.name).read_bytes() == path.read_bytes()
+    assert without_timings(rows_of(again)) == without_timings(rows_of(first_run))
+
+
+def test_resume_after_a_kill_keeps_accepted_tasks_and_reaches_the_count(first_run, eval_dir, tmp_path):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "kernelsmith.cli", *synth_args(out, eval_dir)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not _accepted_rows(out):
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # our own child's group: no cleanup, no README
+        proc.wait()
+    before = _accepted_rows(out)
+    assert before and len(before) < COUNT
+    assert main(synth_args(out, eval_dir)) == 2  # an earlier run is there: --resume is asked for
+    assert main(synth_args(out, eval_dir, "--resume")) == 0
+    rows = rows_of(out)
+    assert [r for r in rows if r["status"] == "accepted"][:len(before)] == before  # kept as they were
+    assert without_timings(rows) == without_timings(rows_of(first_run))  # and the run ends where one would
+    assert sorted(p.name for p in (out / "tasks").glob("*.py")) == sorted(p.name for p in (first_run / "tasks").glob("*.py"))
+
+
+def _accepted_rows(out: Path) -> list[dict]:
+    path = out / "manifest.jsonl"
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            break
+    return [r for r in rows if r["status"] == "accepted"]
+
+
+def test_the_llm_composer_is_checked_like_any_task_and_decontaminated(eval_dir, tmp_path, monkeypatch):
+    copy = RENAMED_RESIZED["level2/1_Conv2D_ReLU_BiasAdd.py"]
+    script = [{"text": f"Here it is:\n```python\n{copy}```"}, {"text": "no code here, sorry"},
+              {"text": f"```python\n{DIFFERENT}```"}]
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    out = tmp_path / "llm"
+    with FakeAPI(script) as api:
+        code = main(["synth", "--out", str(out), "--count", "1", "--device", "cpu", "--composer", "openai",
+                     "--model", "fake-model", "--base-url", api.openai_url, "--eager-window", WINDOW,
+                     "--decontaminate-against", str(eval_dir)])
+        prompts = [r["body"]["messages"][-1]["content"] for r in api.requests]
+    rows = rows_of(out)
+    assert code == 0 and [r["status"] for r in rows] == ["rejected", "rejected", "accepted"]
+    assert rows[0]["stage"] == "decontamination" and "1_Conv2D_ReLU_BiasAdd" in rows[0]["reason"]
+    assert rows[0]["nearest"]["similarity"] == 1.0
+    assert rows[1]["stage"] == "parse" and "not valid Python" in rows[1]["reason"]
+    assert rows[2]["composer"] == "openai" and (out / rows[2]["file"]).read_text().strip() == DIFFERENT.strip()
+    assert len(prompts) == 3 and all("fuses these operators" in p for p in prompts)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--composer", "gpt"], "unknown --composer 'gpt'"),
+    (["--count", "0"], "--count must be at least 1"),
+    (["--max-ops", "0"], "--max-ops must be at least 1"),
+    (["--eager-window", "5,1"], "bad --eager-window"),
+    (["--decontaminate-against", "/nonexistent/kernelbench"], "no folder of task files there"),
+    (["--device", "tpu"], "unknown --device 'tpu'"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
+    code = main(["synth", "--out", str(tmp_path / "out"), "--device", "cpu", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2  # one line (rich may wrap the hint)
+
+
+def test_an_unwritable_out_and_an_earlier_run_are_bad_input(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert main(["synth", "--out", str(blocker / "out"), "--device", "cpu"]) == 2
+    assert "cannot write --out" in capsys.readouterr().err
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "manifest.jsonl").write_text("")
+    assert main(["synth", "--out", str(earlier), "--device", "cpu"]) == 2
+    assert "holds an earlier synth run" in capsys.readouterr().err

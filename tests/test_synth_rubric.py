@@ -1,0 +1,68 @@
+"""Every rubric rejection class, each by a task built to fail it, through real jailed rubric workers."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from kernelsmith.synth.rubric import RubricPool
+
+HEAD = "import os\nimport torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+ONE_INPUT = "\n\ndef get_inputs():\n    return [torch.randn(64, 128)]\n\n\ndef get_init_inputs():\n    return []\n"
+TWO_INPUTS = ONE_INPUT.replace("[torch.randn(64, 128)]", "[torch.randn(64, 128), torch.randn(64, 128)]")
+
+
+def task(forward: str, inputs: str = ONE_INPUT, init: str = "") -> str:
+    body = f"    def __init__(self):\n        super().__init__()\n{init}\n    def forward(self, *xs):\n"
+    return HEAD + body + "".join(f"        {line}\n" for line in forward.strip().splitlines()) + inputs
+
+
+GOOD = task("return torch.relu(xs[0] @ self.w)", init="        self.w = nn.Parameter(torch.randn(128, 64))\n")
+CASES = {  # name: (source, window, stage, words in the reason)
+    "does_not_run": (task("return xs[0] @ xs[0]"), None, "eager", "mat1 and mat2 shapes cannot be multiplied"),
+    "nan": (task("return torch.log(xs[0] - 100.0)"), None, "finite", "NaN or Inf"),
+    "inf": (task("return xs[0] / 0.0"), None, "finite", "NaN or Inf"),
+    "nondeterministic": (task("return xs[0] + torch.rand_like(xs[0])"), None, "deterministic", "differ between two runs"),
+    "constant": (task("return xs[0] * 0.0 + 1.0"), None, "trivial", "constant"),
+    "near_zero": (task("return xs[0] * 1e-9"), None, "trivial", "near zero"),
+    "ignores_input": (task("return xs[0] * 2.0", TWO_INPUTS), None, "dependence", "ignores input 1"),
+    "ignores_weights": (task("return xs[0] * 2.0", init="        self.w = nn.Parameter(torch.randn(128))\n"),
+                        None, "dependence", "ignores its weights"),
+    "too_slow": (GOOD, (0.0, 1e-6), "timing", "above the window"),
+    "too_fast": (GOOD, (1e6, 2e6), "timing", "below the window"),
+    "does_not_compile": (task("if xs[0].sum() > 0:\n    return xs[0] * 2.0\nreturn xs[0] * 3.0"), None, "compile",
+                         "data-dependent"),
+    "crashes_the_worker": (task("os._exit(3)"), None, "run", "exited with code 3"),
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("rubric")
+    jobs = {}
+    with ThreadPoolExecutor(2) as threads:
+        for name, (source, window, _, _) in CASES.items():
+            path = folder / f"{name}.py"
+            path.write_text(source)
+            pool = RubricPool("cpu", 2, window or (0.0001, 10000.0))
+            jobs[name] = threads.submit(pool.check, path, False)
+        return {name: job.result() for name, job in jobs.items()}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_task_built_to_fail_a_stage_is_rejected_there_with_the_reason(verdicts, name):
+    verdict, (_, _, stage, words) = verdicts[name], CASES[name]
+    assert not verdict["accepted"]
+    assert verdict["stage"] == stage and words.lower() in verdict["reason"].lower(), verdict
+
+
+def test_a_sound_task_passes_every_stage_with_its_times(tmp_path):
+    path = tmp_path / "good.py"
+    path.write_text(GOOD)
+    verdict = RubricPool("cpu", 1, (0.0001, 10000.0)).check(path, trusted=True)
+    assert verdict["accepted"] and verdict["stage"] is None, verdict
+    assert verdict["eager_ms"] > 0 and verdict["compile_ms"] > 0 and verdict["checks"]["deterministic"] == "bitwise"
+    assert verdict["checks"]["dependence"] == {"inputs": 1, "params": 128 * 64}
+    assert set(verdict["stage_s"]) >= {"load", "eager", "finite", "deterministic", "trivial", "dependence",
+                                       "timing", "compile"}
