@@ -42,10 +42,10 @@ def _handlers(kind: str = ""):
 
 
 def _synth():
-    """kernelsmith synth's rubric and graph capture (kernelsmith/synth/rubric_job.py)."""
-    from kernelsmith.synth import rubric_job
+    """kernelsmith synth's rubric and graph capture (harness/synth_rubric.py)."""
+    from kernelsmith.harness import synth_rubric
 
-    return rubric_job
+    return synth_rubric
 
 
 def _prepare(job: dict) -> dict:

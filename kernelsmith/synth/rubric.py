@@ -1,5 +1,5 @@
 """The rubric, parent side: each task is checked by a "rubric" job in a fresh, jailed worker
-(kernelsmith/synth/rubric_job.py), up to `workers` at a time. On cuda the jobs are spread over the
+(kernelsmith/harness/synth_rubric.py), up to `workers` at a time. On cuda the jobs are spread over the
 visible GPUs the way the local sandbox pins them, and jobs that share a GPU take turns
 (runner.compute_lock), so eager times are never measured side by side."""
 
