@@ -94,8 +94,9 @@ def candidate_job(reference: Path, candidate: Path, opts: EvalOptions) -> dict:
             "precision": opts.precision, "cwd": str(candidate.parent)}
 
 
-def _candidate_then_judge(job: dict, seeds: dict, opts: EvalOptions) -> tuple[dict, dict]:
-    """The candidate's trials, then the trusted judge's verdict on the outputs it left in its folder."""
+def _candidate_then_judge(job: dict, seeds: dict, opts: EvalOptions) -> tuple[dict, dict, dict]:
+    """The candidate's trials, then the trusted judge's verdict on the outputs it left in its folder, and
+    each job's wall seconds."""
     with runner.SPARES.take(job, opts.timeout_s) or runner.Prestarted(job, opts.timeout_s) as worker:
         # the judge imports torch while the candidate runs; it loads no candidate code either way
         judge_job = {**job, **seeds, "kind": "judge", "out_dir": worker.job["out_dir"]}
@@ -104,8 +105,7 @@ def _candidate_then_judge(job: dict, seeds: dict, opts: EvalOptions) -> tuple[di
             facts = worker.run(seeds)
             middle = time.perf_counter()
             judged = judge.run({"facts": facts})
-            judged["walls"] = {"candidate": round(middle - start, 3), "judge": runner.elapsed(middle)}
-            return facts, judged
+            return facts, judged, {"candidate": round(middle - start, 3), "judge": runner.elapsed(middle)}
 
 
 def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> bool:
@@ -114,14 +114,14 @@ def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: Eva
     start = time.perf_counter()
     seeds = {"seeds": trial_seeds(opts.trials, opts.seed)}
     try:
-        facts, judged = _candidate_then_judge(candidate_job(reference, candidate, opts), seeds, opts)
+        facts, judged, walls = _candidate_then_judge(candidate_job(reference, candidate, opts), seeds, opts)
     except runner.JobFailed as err:
         result.seconds["verify"] = runner.elapsed(start)
         result.reject(f"candidate failed: {err.reason}", stage="verify")
         result.notes.append(err.log[-2000:])
         return False
     result.seconds["verify"] = runner.elapsed(start)
-    record_phases(result, "verify", judged.pop("walls"))
+    record_phases(result, "verify", walls)
     record_phases(result, "verify.candidate", facts.get("phases"))
     record_phases(result, "verify.judge", judged.get("phases"))
     return _apply_verdicts(facts, judged, opts, result)

@@ -49,40 +49,29 @@ def _become_subreaper() -> None:
             pass
 
 
-def _pids_where(field: int, value: int) -> list[int]:
-    """PIDs whose /proc/PID/stat field (counted after the command name) equals value:
+def _stat_fields():
+    """(pid, fields) of every visible process's /proc/PID/stat, the fields counted after the command name:
     field 1 is the parent pid, field 3 the session id."""
-    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            yield int(entry.name), (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
-        if int(fields[field]) == value:
-            found.append(int(entry.name))
-    return found
 
 
-def _parents() -> dict[int, int]:
-    """Every visible process's parent, from one read of /proc (gVisor has no /proc/PID/task/TID/children)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return parents
+def _pids_where(field: int, value: int) -> list[int]:
+    """PIDs whose /proc/PID/stat field equals value (_stat_fields)."""
+    return [pid for pid, fields in _stat_fields() if int(fields[field]) == value]
 
 
 def process_tree(root: int) -> list[int]:
     """root and every process below it. A jailed worker's PID namespace hangs off bwrap whole: an orphan
     in it is adopted by the namespace's init, never by a process outside."""
     children: dict[int, list[int]] = {}
-    for pid, ppid in _parents().items():
-        children.setdefault(ppid, []).append(pid)
+    for pid, fields in _stat_fields():  # one read of /proc (gVisor has no /proc/PID/task/TID/children)
+        children.setdefault(int(fields[1]), []).append(pid)
     tree, frontier = [], [root]
     while frontier:
         pid = frontier.pop()
