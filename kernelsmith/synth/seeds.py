@@ -263,6 +263,23 @@ SEEDS: tuple[Seed, ...] = (
 )
 BY_NAME = {seed.name: seed for seed in SEEDS}
 
+def _gated_mlp(name: str, activation: str) -> str:
+    """The source of a gated MLP block (SwiGLU, GeGLU): the same layers, another activation."""
+    return f'''
+class {name}(nn.Module):
+    """down({activation}(gate(x)) * up(x))."""
+
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down(F.{activation}(self.gate(x)) * self.up(x))
+'''
+
+
 BLOCKS = {
     "RMSNorm": '''
 class RMSNorm(nn.Module):
@@ -307,32 +324,8 @@ class RotaryEmbedding(nn.Module):
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * self.cos + rotated * self.sin
 ''',
-    "SwiGLU": '''
-class SwiGLU(nn.Module):
-    """down(silu(gate(x)) * up(x))."""
-
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.gate = nn.Linear(dim, hidden, bias=False)
-        self.up = nn.Linear(dim, hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x):
-        return self.down(F.silu(self.gate(x)) * self.up(x))
-''',
-    "GeGLU": '''
-class GeGLU(nn.Module):
-    """down(gelu(gate(x)) * up(x))."""
-
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.gate = nn.Linear(dim, hidden, bias=False)
-        self.up = nn.Linear(dim, hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x):
-        return self.down(F.gelu(self.gate(x)) * self.up(x))
-''',
+    "SwiGLU": _gated_mlp("SwiGLU", "silu"),
+    "GeGLU": _gated_mlp("GeGLU", "gelu"),
     "SelfAttention": '''
 class SelfAttention(nn.Module):
     """Multi-head self-attention over (batch, seq, dim), written out: qkv projection, scores,
