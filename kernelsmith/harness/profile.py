@@ -41,7 +41,8 @@ class InputPool:
     triangular, normalised inputs stay so), and nothing in this process knows them in advance: no cache,
     no output derived from an earlier one (a rescaled input gave a rescaled product of a GEMM for one
     multiplication), no answer computed ahead, and no object the candidate can find in memory decides
-    them. Eager and the warm-up, trusted code on nothing the candidate answers, cycle through fixed sets.
+    them. Eager's timed runs draw fresh too, the same work in both contenders' brackets of the parent's
+    clock (evaluation/checks.py compares them); the warm-up cycles through fixed sets.
     """
 
     def __init__(self, task, seeds: list[int], device: str, precision: str, draw=None):
@@ -55,7 +56,7 @@ class InputPool:
         self.last: int | None = None  # the seed of the latest fresh draw
 
     def next(self, fresh: bool = False) -> list:
-        """A fresh draw (the candidate's runs), or the next fixed set."""
+        """A fresh draw (the timed and spot-checked runs), or the next fixed set."""
         if fresh:
             self.fresh = None  # the previous draw's memory is free for this one
             self.last = self.draw()
@@ -191,8 +192,9 @@ def run_profile(job: dict) -> dict:
         phases.mark("warm")
         checks = SpotChecker(watched, eager, pool, precision, random.Random(job["seed"]), *_budget(job))
         samples = interleave({"candidate": candidate, "eager": eager}, pool, clocks, flusher, *_budget(job),
-                             between=checks.maybe_check, watches={"candidate": native}, clock=parent_clock,
-                             record=sums.record, fresh=frozenset({"candidate"}))
+                             between=checks.maybe_check, clock=parent_clock, record=sums.record,
+                             watches={"candidate": native, "eager": native and native.unjudged()},
+                             fresh=frozenset({"candidate", "eager"}))
         phases.mark("timed")
     violations = _profile_violations([recorder, native, tripwires], samples, checks, device) \
         + process_guard.violations() + sums.problems
@@ -294,19 +296,24 @@ class Checksums:
         release (a finalizer, __del__) runs where the parent's clock sees it."""
         outputs = guards.flatten_outputs(out)
         if name != "candidate":
+            self._screen(outputs, self.kept.get(name, []))  # the same work as the candidate's, its verdict unused
             [checksum(o.detach()) for o in outputs if type(o) is torch.Tensor]
             self.kept[name] = outputs
             return
         if self.problems:
             return
-        problems = guards.output_problems(outputs, self.device)
-        if not problems and guards.aliases_any(outputs, self.previous):
-            problems = ["the output shares memory with the previous call's output (a caller's result overwritten)"]
+        problems = self._screen(outputs, self.previous)
         if problems:
             self.problems.append(f"timed run {len(self.runs)}: " + "; ".join(problems))
             return
         self.runs.append([seed, [checksum(o.detach()) for o in outputs]])
         self.previous = outputs
+
+    def _screen(self, outputs: list, previous: list) -> list[str]:
+        problems = guards.output_problems(outputs, self.device)
+        if not problems and guards.aliases_any(outputs, previous):
+            problems = ["the output shares memory with the previous call's output (a caller's result overwritten)"]
+        return problems
 
 
 def reference_checksums(job: dict) -> dict:
