@@ -30,13 +30,22 @@ def _sigma(values: list[float]) -> float:
     return 1.4826 * statistics.median(abs(v - mid) for v in values)
 
 
+def _shift(cand: list[float], eager: list[float], most: int = 400) -> float:
+    """How much larger cand's values are than eager's: the median of every pairwise difference (the
+    Hodges-Lehmann shift). On a busy machine a bracket's overhead is bimodal (the run was preempted or
+    not) and each sample's own median may land in either mode; the pairwise median moves only when one
+    contender's runs, most of them, are shifted, which is what work outside the timed window does."""
+    cand, eager = cand[::-(-len(cand) // most)], eager[::-(-len(eager) // most)]
+    return statistics.median(c - e for c in cand for e in eager)
+
+
 def helper_processes(clock) -> str | None:
     """A process beside the worker while its candidate was timed: compute there is watched by nothing (a
     server running torch.compile's code, say, with the candidate's kernel only copying its answers)."""
     extra = clock.most_processes - clock.expected_processes
     if extra > 0:
         return (f"{extra} process(es) besides the worker ran while the candidate was timed (compute outside "
-                "the watched process is not the candidate's kernel)")
+                f"the watched process is not the candidate's kernel): {', '.join(clock.crowd)}")
     return None
 
 
@@ -51,7 +60,7 @@ def clock_disagreement(prof: dict, parent: dict[str, list[float]]) -> str | None
         return "the profile worker's timed runs do not match what the parent's clock saw"
     cand = _overheads(reported["candidate"], parent["candidate"])
     eager = _overheads(reported["eager"], parent["eager"])
-    extra = statistics.median(cand) - statistics.median(eager)
+    extra = _shift(cand, eager)
     noise = 5 * (_sigma(cand) + _sigma(eager)) / max(1, min(len(cand), len(eager))) ** 0.5
     slack = max(MIN_SLACK_MS, REL_SLACK * statistics.median(reported["candidate"])) + noise
     if extra > slack:

@@ -85,6 +85,13 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() or "?"
+    except OSError:
+        return "(gone)"
+
+
 def _children_of(pid: int) -> list[int]:
     return _pids_where(1, pid)
 
@@ -244,17 +251,22 @@ class ParentClock:
         self.draws = 0
         self._last: int | None = None
         self.worker_pid, self.expected_processes = None, 1
-        self.most_processes = 0  # the most processes of the worker's tree seen at a candidate batch
+        self.most_processes = 0  # the most processes of the worker's tree seen at a timed batch
+        self.crowd: list[str] = []  # that tree's command names, when it held more than expected
 
     def census(self, pid: int, jailed: bool) -> None:
-        """Count the worker's processes at each candidate batch: in the jail bwrap, the namespace's init and
+        """Count the worker's processes around each timed batch: in the jail bwrap, the namespace's init and
         the worker; bare, the worker. Any other (a helper started by the candidate, computing where neither
         the op watch nor the load checks look) is a violation (evaluation/checks.py)."""
         self.worker_pid, self.expected_processes = pid, 3 if jailed else 1
 
     def _count(self) -> None:
-        if self.worker_pid is not None:
-            self.most_processes = max(self.most_processes, len(process_tree(self.worker_pid)))
+        if self.worker_pid is None:
+            return
+        tree = process_tree(self.worker_pid)
+        if len(tree) > max(self.most_processes, self.expected_processes):
+            self.crowd = [_command(pid) for pid in tree]
+        self.most_processes = max(self.most_processes, len(tree))
 
     @contextlib.contextmanager
     def serving(self, job: dict):
@@ -293,14 +305,13 @@ class ParentClock:
         name = line[6:].strip().decode(errors="replace")[:40]
         if name == "candidate":
             self.seeds.append(self._last)
-            self._count()  # before and after the bracket, never inside it
+        self._count()  # before and after every bracket, never inside it: both contenders' brackets alike
         start = time.perf_counter()
         os.write(go_w, b"g")
         if reports.readline() != b"done\n":
             return False
         self.batches.setdefault(name, []).append((time.perf_counter() - start) * 1e3)
-        if name == "candidate":
-            self._count()
+        self._count()
         return True
 
 
