@@ -41,3 +41,15 @@ def test_a_second_arm_from_elsewhere_is_tampering():
     with watch:
         ext_arm()  # someone else arms it again inside the window
     assert "re-armed by someone else" in (watch.violation() or "")
+
+
+def test_eagers_runs_inside_the_unjudged_watch_are_not_charged_but_tampering_still_counts():
+    watch, why = op_watch.open_watch()
+    assert watch is not None, why
+    x = torch.randn(16, 16)
+    with watch.unjudged():
+        torch.mm(x, x)  # eager is torch compute: the same watch, no verdict on its ops
+    assert watch.violation() is None, watch.violation()
+    with watch.unjudged():
+        watch._arm()  # armed again from inside eager's window: the bookkeeping is the judged watch's own
+    assert "re-armed by someone else" in (watch.violation() or "")

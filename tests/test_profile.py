@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import statistics
 import textwrap
 
 import pytest
@@ -376,6 +378,23 @@ def test_the_parents_clock_check_allows_noise_and_catches_a_third():
     faked = {"candidate": [3.3] * 40, "eager": honest["eager"]}  # it took 3 ms and reported 1
     assert "parent's clock" in checks.clock_disagreement({"batches": host}, faked)
     assert "do not match" in checks.clock_disagreement({"batches": host}, {"candidate": [1.0]})
+
+
+def test_the_clock_check_reads_a_busy_machines_bimodal_overheads_by_their_shift():
+    """Preempted or not, each bracket's overhead falls in one of two modes on a loaded machine; a median per
+    contender can land in different modes (3 ms apart) although neither did extra work. A shift that most
+    of the candidate's runs carry (work done after its timed window) still shows."""
+    from kernelsmith.evaluation import checks
+
+    rng = random.Random(7)
+    host = {"candidate": [1.0] * 60, "eager": [2.0] * 60}
+    def bimodal(base, preempted):
+        return [base + 0.3 + (3.0 if i < preempted else 0.0) + rng.uniform(0, 0.05) for i in range(60)]
+    honest = {"candidate": bimodal(1.0, 31), "eager": bimodal(2.0, 29)}  # the medians sit 3 ms apart
+    assert statistics.median(honest["candidate"]) - 1.0 - (statistics.median(honest["eager"]) - 2.0) > 2.8
+    assert checks.clock_disagreement({"batches": host}, honest) is None
+    shifted = {"candidate": [t + 1.0 for t in bimodal(1.0, 29)], "eager": bimodal(2.0, 29)}
+    assert "parent's clock" in (checks.clock_disagreement({"batches": host}, shifted) or "")
 
 
 @pytest.mark.parametrize("make", [
