@@ -99,7 +99,7 @@ def _candidate_then_judge(job: dict, seeds: dict, opts: EvalOptions) -> tuple[di
     each job's wall seconds."""
     with runner.SPARES.take(job, opts.timeout_s) or runner.Prestarted(job, opts.timeout_s) as worker:
         # the judge imports torch while the candidate runs; it loads no candidate code either way
-        judge_job = {**job, **seeds, "kind": "judge", "out_dir": worker.job["out_dir"]}
+        judge_job = {**job, **seeds, "kind": "judge", "out_dir": worker.job["out_dir"], **worker.judge_channel()}
         with runner.Prestarted(judge_job, opts.timeout_s) as judge:
             start = time.perf_counter()
             facts = worker.run(seeds)

@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -190,7 +191,7 @@ class Prestarted:
 
     def __init__(self, job: dict, timeout: float, clock: "ParentClock | None" = None):
         _become_subreaper()
-        self.timeout, self.clock, self.proc, self._serving = timeout, clock, None, None
+        self.timeout, self.clock, self.proc, self._serving, self.handoff = timeout, clock, None, None, None
         self._tmp = tempfile.TemporaryDirectory(prefix="ks-job-", dir=scratch_root())
         os.chmod(self._tmp.name, 0o700)
         self.job = {**job, "result_path": str(Path(self._tmp.name) / "answer.json")}
@@ -204,13 +205,24 @@ class Prestarted:
         self._serving = self.clock.serving(self.job) if self.clock else contextlib.nullcontext()
         self._serving.__enter__()
         try:
+            self.handoff = _handoff_channel(self.job)
             self.proc, self._log = _spawn(self.job, self.log_path)
         except BaseException:
             self._close()
             raise
+        finally:  # the worker has its end of the handoff now (a judge's: the end its candidate left it)
+            _close_fd(self.job.pop("handoff_fd", None))
         if self.clock:
             self.clock.census(self.proc.pid, jail.status().jailed and self.job["kind"] in jail.UNTRUSTED_JOBS)
         return self
+
+    def judge_channel(self) -> dict:
+        """What the judge of this candidate worker is started with: the other end of the socket pair
+        the judge hands its output buffers over (harness/handoff.py), or nothing (the file path)."""
+        if self.handoff is None:
+            return {}
+        fd, self.handoff = self.handoff, None  # the judge's Prestarted closes it once the judge has it
+        return {"handoff_fd": fd, "pass_fds": (fd,)}
 
     def run(self, rest: dict) -> dict:
         """Send the rest of the job, once this GPU runs no other job; the worker's value, or JobFailed."""
@@ -229,7 +241,26 @@ class Prestarted:
             self._log.close()
         if self._serving is not None:
             self._serving.__exit__(None, None, None)
+        _close_fd(self.handoff)
+        self.handoff = None
         self._tmp.cleanup()
+
+
+def _handoff_channel(job: dict) -> int | None:
+    """For a candidate worker: a socket pair, one end passed to it (job["handoff_fd"]), the parent's
+    end returned for its judge. The parent only makes the pair; it never reads from it."""
+    if job["kind"] != "candidate" or os.environ.get("KERNELSMITH_OUTPUT_HANDOFF", "1") == "0":
+        return None
+    parents, workers = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    job["handoff_fd"] = workers.detach()
+    job["pass_fds"] = (*job.get("pass_fds", ()), job["handoff_fd"])
+    return parents.detach()
+
+
+def _close_fd(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 class ParentClock:
@@ -419,6 +450,8 @@ def _worker_env(job: dict) -> dict:
     merged["PYTHONUNBUFFERED"] = "1"
     merged["KERNELSMITH_JOB_ID"] = job["job_id"]
     merged["PYTHONDONTWRITEBYTECODE"] = "1"  # no worker leaves bytecode another could be made to believe
+    if job.get("handoff_fd") is not None:
+        merged["KERNELSMITH_HANDOFF"] = f"{job.get('device', 'cpu')},{job['handoff_fd']}"
     if job.get("threads"):  # eager's intra-op threads and the candidate's OpenMP threads: the same count
         merged["OMP_NUM_THREADS"] = str(job["threads"])
     merged.pop("PYTHONSTARTUP", None)

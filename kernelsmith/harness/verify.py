@@ -24,7 +24,7 @@ import torch
 
 from kernelsmith.evaluation.seeds import construct_seed
 from kernelsmith.harness import compare as cmp
-from kernelsmith.harness import guards, loading, timing, transfer
+from kernelsmith.harness import guards, handoff, loading, timing, transfer
 
 
 def device_sync(device: str):
@@ -53,7 +53,7 @@ def run_candidate(job: dict) -> dict:
     model = candidate_module.ModelNew(*loading.init_inputs(task)).to(device)
     phases.mark("load")
     facts["stage"] = "trials"
-    last_out_bytes, buffers = 0, None
+    last_out_bytes, buffers, judges_buffers = 0, None, handoff.client_from_env(device)
     for i, seeds in enumerate(job["seeds"]):
         buffers = reuse_buffers(buffers, trial_inputs(task, seeds, device, precision))
         phases.mark("inputs")
@@ -63,7 +63,7 @@ def run_candidate(job: dict) -> dict:
         if trial.get("error"):
             break
         last_out_bytes = trial["out_bytes"]
-        transfer.save_outputs(trial.pop("outputs"), out_dir / f"trial{i}.bin")
+        trial["saved_to"] = transfer.save_outputs(trial.pop("outputs"), out_dir / f"trial{i}.bin", judges_buffers, i)
         phases.mark("save")
     facts["violations"] += process_guard.violations()
     facts["stage"] = "done"
@@ -165,14 +165,17 @@ def judge(job: dict, facts: dict) -> dict:
     guards.set_precision_flags(precision)
     task = loading.load_module(job["reference"], "ks_reference")
     verdicts, phases = [], timing.Phases()
+    # the parent sends this job only after the candidate's namespace is gone: nothing writes these now
+    handed = handoff.SERVER.received() if handoff.SERVER is not None else {}
     for i, (seeds, trial) in enumerate(zip(job["seeds"], facts["trials"])):
-        verdict = _judge_trial(task, seeds, trial, Path(job["out_dir"]) / f"trial{i}.bin", device, precision, phases)
+        saved = (Path(job["out_dir"]) / f"trial{i}.bin", handed.get(i))
+        verdict = _judge_trial(task, seeds, trial, saved, device, precision, phases)
         verdict["stress"] = (seeds.get("stress") or {}).get("name")
         verdicts.append(verdict)
     return {"trials": verdicts, "phases": phases.seconds}
 
 
-def _judge_trial(task, seeds, trial, saved: Path, device, precision, phases: timing.Phases) -> dict:
+def _judge_trial(task, seeds, trial, saved: tuple, device, precision, phases: timing.Phases) -> dict:
     stress = seeds.get("stress")
     if trial.get("error"):
         return {"ok": False, "reason": trial["error"]}
@@ -189,10 +192,15 @@ def _judge_trial(task, seeds, trial, saved: Path, device, precision, phases: tim
     jittered = _jittered_reference(model, inputs, seeds["inputs"]) if stress else None
     accurate = _accurate_reference(model, inputs) if precision in ("bf16", "fp16") and not stress else None
     phases.mark("reference")
-    candidate = transfer.load_outputs(saved)  # mapped; compare copies each to the device
+    try:  # the judge's own buffer for this trial, or the mapped file; compare moves each to the device
+        candidate = transfer.load_outputs(*saved)
+    except (ValueError, OSError) as err:  # a layout that does not fit, or none
+        return {"ok": False, "reason": f"the candidate's saved outputs cannot be read: {err}",
+                "violations": list(trial.get("violations", []))}
     verdict = cmp.compare_all(candidate, reference, precision, stressed=bool(stress), jittered=jittered,
                               accurate=accurate)
     phases.mark("compare")
+    verdict["outputs_in"] = transfer.where_saved(saved[0])
     if stress and not verdict["ok"]:
         verdict["reason"] = f"on stressed inputs ({stress['name']}): {verdict['reason']}"
     verdict["violations"] = list(trial.get("violations", []))

@@ -57,6 +57,16 @@ def _prepare(job: dict) -> dict:
     return {"built": module is not None, "why_not": why_not}
 
 
+def _serve_handoff(kind: str) -> None:
+    """A judge hands out its output buffers while its candidate runs, before the judge's own job
+    comes (harness/handoff.py)."""
+    from kernelsmith.harness import handoff
+
+    channel = handoff.channel_from_env()
+    if kind == "judge" and channel is not None:
+        handoff.SERVER = handoff.serve(*channel)
+
+
 def _drop_cwd_from_path() -> None:
     """`python -m` puts the working directory (the candidate's folder) first on sys.path, where a
     workdir's profile.py would shadow the standard library's `profile`; loading.load_module
@@ -71,6 +81,7 @@ def main() -> int:
         handlers, failed = _handlers(sys.argv[1] if len(sys.argv) > 1 else ""), None  # imports them while the step before it runs
     except BaseException as err:  # noqa: BLE001  (reported as the job's answer below)
         handlers, failed = {}, (err, traceback.format_exc(limit=12))
+    _serve_handoff(sys.argv[1] if len(sys.argv) > 1 else "")
     job = json.loads(sys.stdin.read())
     os.environ["KERNELSMITH_DEVICE"] = job.get("device", "cpu")
     try:
