@@ -142,18 +142,25 @@ case "$STEP" in
       --cuda-agent .dev/cuda-agent-workdir --iterations ${ITER:-2} --sides ${SIDES:-kernelsmith,cuda-agent} $PREWARM \
       --resume --out $I > "$OUT/iteration_speed.log" 2>&1
     touch $I/.prewarmed; cp $I/iteration_speed.jsonl "$OUT/" 2>/dev/null; grep -v Warn "$OUT/iteration_speed.log" | cut -c1-400 | tail -14 ;;
-  eval-phases)  # where one evaluation's time goes (result.seconds: each worker's phases), on the 4 GB cumsum
+  eval-phases|handoff)  # where one evaluation's time goes (result.seconds: each worker's phases), on the 4 GB cumsum;
+                # a run named "file" sends the outputs through the file instead of the judge's buffers.
+                # handoff: the GPU test of the judge's device buffers first, then cold, warm and warm-by-file evals
     command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
     K=.dev/kernelbench; C=bench/candidates
     { df -h /dev/shm /tmp; nproc; free -g; } > "$OUT/machine.txt" 2>&1
+    if [ "$STEP" = handoff ]; then
+      timeout 240 python3 -m pytest tests/gpu/test_gpu_harness.py -q -rA -p no:cacheprovider -k hands_every_trial \
+        > "$OUT/gpu_handoff_test.log" 2>&1; grep -E "passed|failed|^E " "$OUT/gpu_handoff_test.log" | cut -c1-300 | tail -12
+    fi
     for t in ${TASKS:-level1/89_cumsum:level1_89_cumsum}; do
       cp $K/${t%%:*}.py $C/${t##*:}/model.py
-      for run in ${RUNS:-cold warm}; do
-        timeout ${LIMIT:-250} python3 -m kernelsmith.cli eval $C/${t##*:}/model.py $C/${t##*:}/model_new.py --json --no-compile \
-          2>"$OUT/${t##*:}_$run.err" | tail -1 > "$OUT/${t##*:}_$run.json"
-        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[1], r['correct'], r['error'][:200], r['seconds'])" "$OUT/${t##*:}_$run.json"
+      for run in ${RUNS:-cold warm file}; do
+        KERNELSMITH_OUTPUT_HANDOFF=$([ $run = file ] && echo 0 || echo 1) timeout ${LIMIT:-250} python3 -m kernelsmith.cli eval \
+          $C/${t##*:}/model.py $C/${t##*:}/model_new.py --json --no-compile 2>"$OUT/${t##*:}_$run.err" | tail -1 > "$OUT/${t##*:}_$run.json"
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[1], r['correct'], r['error'][:200], r['seconds'],
+          sorted({t.get('outputs_in', '?') for t in r['trials']}), [t.get('handoff_note') for t in r['trials']][:1])" "$OUT/${t##*:}_$run.json"
       done
     done; cat "$OUT/machine.txt" ;;
-  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|iteration-speed|eval-phases|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|iteration-speed|eval-phases|handoff|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
      exit 2 ;;
 esac

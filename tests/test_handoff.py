@@ -25,7 +25,8 @@ def channel():
     server = handoff.Server(judges, handoff.HostAllocator()).start()
     client = handoff.Client("cpu", candidates.detach())
     yield server, client
-    client.sock.close()
+    if client.sock is not None:
+        client.sock.close()
 
 
 def outputs():
@@ -66,7 +67,8 @@ def test_a_layout_larger_than_the_judges_buffer_is_refused_not_read(channel, tmp
     claimed = json.loads(layout.read_text())
     claimed["outputs"][0].update(shape=[1 << 20], nbytes=4 << 20)  # read past the 64 bytes it was given
     layout.write_text(json.dumps(claimed))
-    client.sock.close()
+    if client.sock is not None:
+        client.sock.close()
     with pytest.raises(transfer.BadLayout, match="does not fit"):
         transfer.load_outputs(tmp_path / "trial0.bin", server.received()[0])
 
@@ -101,7 +103,8 @@ def test_one_buffer_per_trial_and_none_over_the_judges_budget(channel, tmp_path)
     big = torch.arange(1 << 19, dtype=torch.float32)
     assert transfer.save_outputs([big], tmp_path / "c.bin", client, 4) == "file"
     assert torch.equal(transfer.load_outputs(tmp_path / "c.bin")[0], big)
-    client.sock.close()
+    if client.sock is not None:
+        client.sock.close()
     assert sorted(server.received()) == [3]
     assert "budget" in server.declined[4]
 

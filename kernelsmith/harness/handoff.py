@@ -310,22 +310,27 @@ class Client:
     """Asks the judge for a buffer per trial and copies the trial's outputs into it."""
 
     def __init__(self, device: str, fd: int):
-        self.device, self.sock, self.answered = device, socket.socket(fileno=fd), False
+        self.device, self.sock, self.answered, self.why = device, socket.socket(fileno=fd), False, ""
 
     def send(self, trial: int, raws: list[torch.Tensor], layout: list[dict], total: int) -> bool:
         """True when the outputs are in the judge's buffer; False sends them to the file."""
-        if total == 0:
+        if total == 0 or self.sock is None:
             return False
         try:
             answer, fds = self._ask(trial, total)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as err:  # no judge, or it timed out: the file from now on
+            self.why, self.sock = f"no answer from the judge: {type(err).__name__}: {err}", None
             return False
         if not answer.get("ok") or len(fds) != 1 or answer.get("size", 0) < total:
             for fd in fds:
                 os.close(fd)
+            self.why = str(answer.get("why") or "the judge's answer came without a buffer")
             return False
         try:
             self._fill(fds[0], int(answer["size"]), raws, layout)
+        except (Declined, OSError, RuntimeError) as err:  # a driver call or copy failed: the outputs go to the file
+            self.why = str(err)
+            return False
         finally:
             os.close(fds[0])
         return True

@@ -64,6 +64,8 @@ def run_candidate(job: dict) -> dict:
             break
         last_out_bytes = trial["out_bytes"]
         trial["saved_to"] = transfer.save_outputs(trial.pop("outputs"), out_dir / f"trial{i}.bin", judges_buffers, i)
+        if judges_buffers is not None and trial["saved_to"] == "file":
+            trial["handoff_note"] = judges_buffers.why
         phases.mark("save")
     facts["violations"] += process_guard.violations()
     facts["stage"] = "done"
@@ -201,6 +203,8 @@ def _judge_trial(task, seeds, trial, saved: tuple, device, precision, phases: ti
                               accurate=accurate)
     phases.mark("compare")
     verdict["outputs_in"] = transfer.where_saved(saved[0])
+    if trial.get("handoff_note"):  # the candidate's word on why its outputs went to the file (informational)
+        verdict["handoff_note"] = str(trial["handoff_note"])[:200]
     if stress and not verdict["ok"]:
         verdict["reason"] = f"on stressed inputs ({stress['name']}): {verdict['reason']}"
     verdict["violations"] = list(trial.get("violations", []))

@@ -232,6 +232,25 @@ def test_honest_cuda_kernel_with_compile_baselines(task_dir):
     assert result.reward in (1.0, 2.0, 3.0)
 
 
+def test_verify_hands_every_trial_to_the_judge_in_device_memory(task_dir, monkeypatch):
+    """The candidate's outputs go to the judge's own VMM buffers (harness/handoff.py), device to device,
+    across the jail's PID namespace; a wrong kernel still fails there; the file path stays on request."""
+    result = run(task_dir, HONEST, profile=False)
+    assert result.correct and result.clean, result.error
+    judged = [t for t in result.trials if not t.get("skipped")]
+    assert {t["outputs_in"] for t in judged} == {"handoff"}, [t.get("handoff_note") for t in judged]
+    wrong = run(task_dir, '''
+        class ModelNew(Base):
+            def forward(self, x):
+                return ext.axpb(x, x[0], HONEST)  # the first row of x instead of the bias
+    ''', profile=False)
+    assert not wrong.correct and "wrong output" in wrong.error, wrong.error
+    assert wrong.trials[0]["outputs_in"] == "handoff"
+    monkeypatch.setenv("KERNELSMITH_OUTPUT_HANDOFF", "0")
+    by_file = run(task_dir, HONEST, profile=False)
+    assert by_file.correct and {t["outputs_in"] for t in by_file.trials if not t.get("skipped")} == {"file"}
+
+
 def test_work_on_a_side_stream_is_caught(task_dir):
     result = run(task_dir, '''
         class ModelNew(Base):
