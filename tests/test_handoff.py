@@ -93,9 +93,10 @@ def test_a_malformed_request_is_declined_and_the_server_goes_on(channel, request
     os.close(fds[0])
 
 
-def test_one_buffer_per_trial_and_none_over_the_judges_budget(channel, tmp_path):
-    server, client = channel
-    server.allocator.budget = 1 << 20
+def test_one_buffer_per_trial_and_none_over_the_judges_budget(tmp_path):
+    judges, candidates = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    server = handoff.Server(judges, handoff.HostAllocator(budget=1 << 20)).start()
+    client = handoff.Client("cpu", candidates.detach())
     assert transfer.save_outputs([torch.ones(8)], tmp_path / "a.bin", client, 3) == "handoff"
     # a second request for trial 3 is declined: the candidate cannot swap the buffer the judge reads
     assert transfer.save_outputs([torch.ones(8)], tmp_path / "b.bin", client, 3) == "file"

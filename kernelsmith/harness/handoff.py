@@ -169,8 +169,12 @@ class _Refusing:
 class HostAllocator:
     """memfds sealed at their size, within a share of the memory available when the judge starts."""
 
+    def __init__(self, budget: int | None = None):
+        self.budget = budget
+
     def start(self) -> None:
-        self.budget = int(HOST_SHARE * _mem_available())
+        if self.budget is None:
+            self.budget = int(HOST_SHARE * _mem_available())
 
     def allocate(self, nbytes: int) -> "HostBuffer":
         if nbytes > self.budget:
