@@ -4,6 +4,7 @@ when it started, and must serve only a job it was started for."""
 
 from __future__ import annotations
 
+import json
 
 import pytest
 
@@ -20,7 +21,7 @@ def workdir(own_folder):
 
 def test_the_next_verify_takes_the_spare_and_runs_the_files_edited_since(workdir, run_eval):
     first = run_eval(workdir / "model_new.py", spare_workers=True)
-    assert first.clean and runner.SPARES.count() == 1
+    assert first.clean and runner.SPARES.count() == 3  # the candidate's, and a profile's two after a verify
     job = candidate_job(run_eval.reference, workdir / "model_new.py", EvalOptions(device="cpu"))
     spare = runner.SPARES._spare[runner.SPARES.signature(job, EvalOptions().timeout_s)]
     assert spare.proc.poll() is None  # started, torch imported, waiting for its job
@@ -31,6 +32,21 @@ def test_the_next_verify_takes_the_spare_and_runs_the_files_edited_since(workdir
     second = run_eval(workdir / "model_new.py", spare_workers=True)
     assert spare.proc.poll() is not None  # it ran the job and is gone: one job per process
     assert not second.correct and "wrong output" in second.error, second.error
+
+
+def test_a_verify_leaves_profile_workers_that_the_next_profile_takes(workdir, run_eval):
+    verify = run_eval(workdir / "model_new.py", spare_workers=True)
+    assert verify.clean
+    spares = {json.loads(sig)[0][0]: worker for sig, worker in runner.SPARES._spare.items()}
+    assert sorted(spares) == ["candidate", "checksums", "profile"]
+    assert spares["profile"].clock is not None  # the parent's clock that will time it, made with it
+    profiled = run_eval(workdir / "model_new.py", profile=True, min_runs=10)
+    assert profiled.clean and profiled.timings_ms["candidate"] > 0, profiled.error
+    # each ran this profile's job and exited (a spare retired unused is killed: a signal, not 0)
+    assert spares["profile"].proc.wait() == 0 and spares["checksums"].proc.wait() == 0
+    assert profiled.seconds["checked_runs"] > 0  # the checksums spare judged the timed outputs
+    # a profile leaves no profile spare behind (the next step is an edit and a verify)
+    assert "profile" not in {json.loads(sig)[0][0] for sig in runner.SPARES._spare}
 
 
 def test_a_spare_serves_only_the_job_and_gpu_it_was_started_for(workdir, task_dir):

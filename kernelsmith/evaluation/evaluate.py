@@ -37,7 +37,22 @@ def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
             _profile_with(reference, opts, result, *profiling)
     if opts.spare_workers:  # the next verify of these files finds its candidate worker started
         runner.SPARES.stock(candidate_job(reference, candidate, opts), opts.timeout_s)
+        if not opts.profile and result.correct and not result.violations:  # and a profile, likely next, its two
+            _stock_profile_spares(reference, candidate, opts)
     return finish(result, opts)
+
+
+def _stock_profile_spares(reference: Path, candidate: Path, opts: EvalOptions) -> None:
+    """A profile worker (with the parent's clock it will be timed by) and a checksums worker, started now
+    so that the next profile of these files finds torch imported in both."""
+    prepare_watch()  # the spare's jail binds the built watch only if it exists when it starts
+    job = profile_job(reference, candidate, replace(opts, profile=True))
+    runner.SPARES.stock(job, opts.timeout_s * 2, runner.ParentClock())
+    runner.SPARES.stock(checksums_job(job), opts.timeout_s)
+
+
+def checksums_job(profile: dict) -> dict:
+    return {**{k: profile[k] for k in ("reference", "device", "precision", "seed", "cwd")}, "kind": "checksums"}
 
 
 def finish(result: EvalResult, opts: EvalOptions) -> EvalResult:
@@ -190,11 +205,13 @@ def _profile_worker(reference: Path, candidate: Path, opts: EvalOptions):
         yield None
         return
     prepare_watch()  # before the worker starts: its jail binds the built watch only if it exists then
-    job, clock = profile_job(reference, candidate, opts), runner.ParentClock()
-    trusted = {k: job[k] for k in ("reference", "device", "precision", "seed", "cwd")}
-    with runner.Prestarted(job, opts.timeout_s * 2, clock) as worker, \
-            runner.Prestarted({**trusted, "kind": "checksums"}, opts.timeout_s) as checker:
-        yield job, clock, worker, checker
+    job = profile_job(reference, candidate, opts)
+    with contextlib.ExitStack() as stack:  # spares (started after the verify before) carry their own clock
+        worker = stack.enter_context(runner.SPARES.take(job, opts.timeout_s * 2)
+                                     or runner.Prestarted(job, opts.timeout_s * 2, runner.ParentClock()))
+        checker = stack.enter_context(runner.SPARES.take(checksums_job(job), opts.timeout_s)
+                                      or runner.Prestarted(checksums_job(job), opts.timeout_s))
+        yield job, worker.clock, worker, checker
 
 
 def profile_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> None:
@@ -207,7 +224,7 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
                   worker: runner.Prestarted, checker: runner.Prestarted) -> None:
     start = time.perf_counter()
     try:
-        prof = worker.run({})
+        prof = worker.run(job)  # this profile's seed and budget (a spare was started with an earlier one's)
     except runner.JobFailed as err:
         result.seconds["profile"] = runner.elapsed(start)
         result.reject(f"profile failed: {err.reason}", stage="profile")
@@ -218,7 +235,7 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
     _violation(result, checks.clock_disagreement(prof, clock.batches))
     _violation(result, checks.helper_processes(clock))
     if not result.violations:
-        check_timed_outputs(prof, result, checker, clock.seeds)
+        check_timed_outputs(prof, result, checker, clock.seeds, job["seed"])
     if not result.violations:
         baselines_start = time.perf_counter()
         apply_baselines(reference, opts, prof, result)
@@ -243,7 +260,8 @@ def _violation(result: EvalResult, problem: str | None) -> None:
         result.stage = result.stage or "profile"
 
 
-def check_timed_outputs(prof: dict, result: EvalResult, checker: runner.Prestarted, seeds: list[int]) -> None:
+def check_timed_outputs(prof: dict, result: EvalResult, checker: runner.Prestarted, seeds: list[int],
+                        weights_seed: int) -> None:
     """The trusted checksums worker rebuilds the inputs of a random sample of the timed runs (drawn here,
     after the profile) from the seeds this process handed out, recomputes the reference, and judges the
     checksums the candidate's process took of those outputs."""
@@ -252,7 +270,7 @@ def check_timed_outputs(prof: dict, result: EvalResult, checker: runner.Prestart
         return _violation(result, problem or "the profile reported no checksums of its timed outputs")
     start = time.perf_counter()
     try:
-        verdict = checker.run({"runs": runs})
+        verdict = checker.run({"runs": runs, "seed": weights_seed})
     except runner.JobFailed as err:
         return _violation(result, f"the timed outputs could not be checked: {err.reason}")
     result.seconds["profile.checksums"] = runner.elapsed(start)

@@ -354,7 +354,7 @@ class Spares:
     loaded no candidate code, whose jail shows the workdir live (files edited after it started are the
     ones it loads), used for one job and gone."""
 
-    MAX = 4
+    MAX = 12  # a session keeps up to three (candidate, profile, checksums); a bench runs several sessions
     FIELDS = ("kind", "reference", "candidate", "cwd", "device", "precision", "threads")
 
     def __init__(self):
@@ -374,9 +374,10 @@ class Spares:
             worker.__exit__(None, None, None)
         return None
 
-    def stock(self, job: dict, timeout: float) -> None:
-        """Start a spare for a job like this one; it replaces one of the same signature."""
-        worker = Prestarted(job, timeout).__enter__()
+    def stock(self, job: dict, timeout: float, clock: "ParentClock | None" = None) -> None:
+        """Start a spare for a job like this one (a profile worker with the clock that will time it); it
+        replaces one of the same signature."""
+        worker = Prestarted(job, timeout, clock).__enter__()
         with self._lock:
             retired = [self._spare.pop(self.signature(job, timeout), None)]
             self._spare[self.signature(job, timeout)] = worker

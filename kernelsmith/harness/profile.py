@@ -168,12 +168,15 @@ def run_profile(job: dict) -> dict:
     tripwires = op_watch.Tripwires()  # before the candidate can take references to the originals
     native, why_not = op_watch.open_watch()  # and before it could plant a module of the same name
     process_guard = guards.ProcessGuard()
+    phases.mark("load.watch")
     task = loading.load_module(job["reference"], "ks_reference")
     candidate_module = loading.load_module(job["candidate"], "ks_candidate")
+    phases.mark("load.modules")
     reference = loading.seeded_reference(task, job["seed"], device, precision)
     torch.manual_seed(job["seed"] + 1)
     model = candidate_module.ModelNew(*loading.init_inputs(task)).to(device)
     loading.load_weights(model, reference)
+    phases.mark("load.models")
     draw = parent_clock.draw if parent_clock else local_draws(job["seed"])
     pool = InputPool(task, _seeds(job), device, precision, draw)
     recorder = guards.OpRecorder()
@@ -185,7 +188,7 @@ def run_profile(job: dict) -> dict:
 
     candidate = _no_grad(model) if native else watched
     sums = Checksums(device)
-    phases.mark("load")
+    phases.mark("load.inputs")
     with gpu_lock(device):
         flusher = L2Flusher(device)
         warm_s = {"candidate": _warm(watched, pool, clocks, fresh=True), "eager": _warm(eager, pool, clocks)}

@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
+
+STARTED = time.perf_counter()  # the worker's own imports, torch's above all, count from here
 
 
 # Imported before the job is read, by the kinds that use them: torch's dispatch-mode machinery pulls in
@@ -57,6 +60,14 @@ def _prepare(job: dict) -> dict:
     return {"built": module is not None, "why_not": why_not}
 
 
+def _with_start(value, imports_s: float, waited_s: float):
+    """The worker's start in its phases (informational, like every phase): "imports" is what a worker
+    started ahead of its job hides, "waited" how long it then sat ready before the job came."""
+    if isinstance(value, dict) and isinstance(value.get("phases"), dict):
+        value["phases"] = {"imports": round(imports_s, 3), "waited": round(waited_s, 3), **value["phases"]}
+    return value
+
+
 def _serve_handoff(kind: str) -> None:
     """A judge hands out its output buffers while its candidate runs, before the judge's own job
     comes (harness/handoff.py)."""
@@ -82,7 +93,9 @@ def main() -> int:
     except BaseException as err:  # noqa: BLE001  (reported as the job's answer below)
         handlers, failed = {}, (err, traceback.format_exc(limit=12))
     _serve_handoff(sys.argv[1] if len(sys.argv) > 1 else "")
+    ready = time.perf_counter()
     job = json.loads(sys.stdin.read())
+    arrived = time.perf_counter()
     os.environ["KERNELSMITH_DEVICE"] = job.get("device", "cpu")
     try:
         if failed:
@@ -91,7 +104,7 @@ def main() -> int:
             from kernelsmith.evaluation import toolchain
 
             toolchain.choose_compiler([])
-        answer = {"ok": True, "value": handlers[job["kind"]](job)}
+        answer = {"ok": True, "value": _with_start(handlers[job["kind"]](job), ready - STARTED, arrived - ready)}
     except BaseException as err:  # the candidate may raise anything; it is a failed attempt
         answer = {"ok": False, "error": f"{type(err).__name__}: {err}".strip(),
                   "traceback": (failed[1] if failed else "") + traceback.format_exc(limit=12)}
