@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.evaluation import build_plan, runner
+from kernelsmith.evaluation import build_plan, evaluate, runner
 from kernelsmith.harness import build
 from kernelsmith.harness.build import MAX_ERRORS, nvcc_compile_only, summarize_errors
 
@@ -331,8 +331,12 @@ def test_compile_error_then_fix_rebuilds_only_the_edited_file(built):
     assert len(_lines(failed.summary)) < 40, failed.summary
     assert failed.log  # the full log is kept for --verbose
 
+    # a spare build worker (a session on a GPU starts one after each build) started before the fix is
+    # written must build the file as it is when its job comes
+    runner.SPARES.stock({"kind": "build", "kernels_dir": str(kernels), "device": "cpu", "fast_math": False}, 1800.0)
     (kernels / "add_one.cpp").write_text(ADD_ONE_FIXED)
-    fixed = worker_build(kernels)
+    fixed = evaluate.run_build(kernels, "cpu", False)
+    assert runner.SPARES.count() == 0  # the spare took the job
     assert fixed["ok"], fixed["summary"]
     assert not fixed["cached"]
     after = object_mtimes(build_dir)

@@ -62,8 +62,9 @@ def finish(result: EvalResult, opts: EvalOptions) -> EvalResult:
     return result
 
 
-def run_build(kernels: Path, device: str, fast_math: bool, timeout_s: float = 1800.0) -> dict:
-    """Build in a worker, unless the previous build still matches (checked here, without torch)."""
+def run_build(kernels: Path, device: str, fast_math: bool, timeout_s: float = 1800.0, spare: bool = False) -> dict:
+    """Build in a worker, unless the previous build still matches (checked here, without torch). With
+    `spare`, the build worker of the next edit is started afterwards and finds torch imported."""
     # the stamp's key holds the $CXX the worker built with, which choose_compiler may have replaced: the CLI's
     # check missed every time where the user's $CXX is unfit (8 s on the H200 for a build with nothing to do)
     toolchain.choose_compiler([])
@@ -72,9 +73,13 @@ def run_build(kernels: Path, device: str, fast_math: bool, timeout_s: float = 18
         return hit.__dict__
     job = {"kind": "build", "kernels_dir": str(kernels), "device": device, "fast_math": fast_math}
     try:
-        return runner.run_job(job, timeout_s)
+        with runner.SPARES.take(job, timeout_s) or runner.Prestarted(job, timeout_s) as worker:
+            return worker.run({})
     except runner.JobFailed as err:
         return {"ok": False, "summary": err.reason, "log": err.log, "cached": False, "seconds": 0.0}
+    finally:
+        if spare:
+            runner.SPARES.stock(job, timeout_s)
 
 
 def build_step(kernels: Path, opts: EvalOptions, result: EvalResult) -> bool:

@@ -355,7 +355,7 @@ class Spares:
     ones it loads), used for one job and gone."""
 
     MAX = 12  # a session keeps up to three (candidate, profile, checksums); a bench runs several sessions
-    FIELDS = ("kind", "reference", "candidate", "cwd", "device", "precision", "threads")
+    FIELDS = ("kind", "reference", "candidate", "cwd", "device", "precision", "threads", "kernels_dir", "fast_math")
 
     def __init__(self):
         self._spare: "dict[str, Prestarted]" = {}

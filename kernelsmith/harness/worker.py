@@ -18,7 +18,8 @@ STARTED = time.perf_counter()  # the worker's own imports, torch's above all, co
 
 # Imported before the job is read, by the kinds that use them: torch's dispatch-mode machinery pulls in
 # torch._dynamo (about 1.5 s) on first use, which a prestarted worker pays while the step before it runs.
-EARLY_IMPORTS = {"candidate": ("torch._dynamo",), "profile": ("torch._dynamo",), "baselines": ("torch._dynamo",)}
+EARLY_IMPORTS = {"candidate": ("torch._dynamo",), "profile": ("torch._dynamo",), "baselines": ("torch._dynamo",),
+                 "build": ("torch.utils.cpp_extension",)}
 
 
 def _handlers(kind: str = ""):

@@ -121,7 +121,8 @@ class LocalSandbox(Submitting):
         with self._builds:
             start = time.time()
             try:
-                built = evaluate.run_build(Path(kernels), device, fast_math)
+                # on a GPU the next edit's build worker is started now (on the CPU it would take cores from timed runs)
+                built = evaluate.run_build(Path(kernels), device, fast_math, spare=device == "cuda")
                 error = False
             except Exception as err:  # noqa: BLE001  (the caller gets a failed build, never a raise)
                 built = {"ok": False, "cached": False, "seconds": 0.0, "log": "",
