@@ -78,11 +78,15 @@ def call(name: str, **arguments) -> dict:
     return {"name": name, "arguments": arguments}
 
 
-def kernelsmith_row(reference: Path, candidate: Path, iterations: int, device: str, tmp: Path) -> dict:
+def kernelsmith_row(reference: Path, candidate: Path, iterations: int, device: str, tmp: Path,
+                    keep: Path | None = None) -> dict:
     script = tmp / "script.json"
     script.write_text(json.dumps(script_turns(candidate, iterations)))
     workdir = tmp / "wd"
     code, events, wall = run_session(reference, script, device, workdir)
+    if keep is not None:  # the session record: each evaluation's phases (observation.eval.seconds)
+        for record in workdir.glob(".kernelsmith/sessions/*/events.jsonl"):
+            shutil.copy(record, keep)
     table = tool_rows(events)
     cached = timed([sys.executable, "-m", "kernelsmith.cli", "compile", str(workdir), "--json"], workdir)
     return {"side": "kernelsmith", "exit": code, "session_s": round(wall, 1), **summarise(table, iterations),
@@ -215,7 +219,8 @@ def main() -> None:
             if any(r["task"] == task_name(reference) and r["side"] == side for r in done):
                 continue
             with tempfile.TemporaryDirectory() as tmp:
-                row = (kernelsmith_row(reference, candidate, args.iterations, args.device, Path(tmp))
+                keep = args.out / f"events_{reference.stem}.jsonl"
+                row = (kernelsmith_row(reference, candidate, args.iterations, args.device, Path(tmp), keep)
                        if side == "kernelsmith" else
                        cuda_agent_row(args.cuda_agent.resolve(), reference, candidate, args.iterations, Path(tmp)))
             row = {"task": task_name(reference), **row}

@@ -313,7 +313,8 @@ def _compact_eval(result: dict[str, Any]) -> dict[str, Any]:
                                        "stage", "timings_ms", "compile_mode", "precision", "device")}
     kept.update(clean=bool(result.get("correct")) and not result.get("violations"),
                 error=str(result.get("error") or "")[:500], violations=list(result.get("violations") or [])[:4],
-                build=_compact_build(result.get("build") or {}))
+                build=_compact_build(result.get("build") or {}),
+                seconds=dict(list((result.get("seconds") or {}).items())[:40]))  # where the evaluation's time went
     return kept
 
 
