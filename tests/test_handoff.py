@@ -110,6 +110,16 @@ def test_one_buffer_per_trial_and_none_over_the_judges_budget(tmp_path):
     assert "budget" in server.declined[4]
 
 
+def test_the_judge_hands_out_no_buffer_beyond_the_verifys_trials(tmp_path):
+    judges, candidates = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    server = handoff.Server(judges, handoff.HostAllocator(), trials=2).start()
+    client = handoff.Client("cpu", candidates.detach())
+    assert transfer.save_outputs([torch.ones(8)], tmp_path / "a.bin", client, 1) == "handoff"
+    assert transfer.save_outputs([torch.ones(8)], tmp_path / "b.bin", client, 2) == "file"  # no trial 2 in this verify
+    client.sock.close()
+    assert sorted(server.received()) == [1]
+
+
 def test_a_candidate_with_no_judge_listening_falls_back_to_the_file(tmp_path, monkeypatch):
     judges, candidates = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     judges.close()  # the judge died, or was never started

@@ -452,7 +452,8 @@ def _worker_env(job: dict) -> dict:
     merged["KERNELSMITH_JOB_ID"] = job["job_id"]
     merged["PYTHONDONTWRITEBYTECODE"] = "1"  # no worker leaves bytecode another could be made to believe
     if job.get("handoff_fd") is not None:
-        merged["KERNELSMITH_HANDOFF"] = f"{job.get('device', 'cpu')},{job['handoff_fd']}"
+        trials = f",{len(job['seeds'])}" if isinstance(job.get("seeds"), list) else ""  # the judge's job has them
+        merged["KERNELSMITH_HANDOFF"] = f"{job.get('device', 'cpu')},{job['handoff_fd']}{trials}"
     if job.get("threads"):  # eager's intra-op threads and the candidate's OpenMP threads: the same count
         merged["OMP_NUM_THREADS"] = str(job["threads"])
     merged.pop("PYTHONSTARTUP", None)

@@ -34,7 +34,7 @@ import threading
 
 import torch
 
-ENV = "KERNELSMITH_HANDOFF"  # "DEVICE,FD": set by the parent in both workers of one verify
+ENV = "KERNELSMITH_HANDOFF"  # "DEVICE,FD[,TRIALS]": set by the parent in both workers of one verify
 MAX_TRIALS = 64
 MAX_REQUEST = 512
 # the judge's buffers may hold this share of the GPU's memory and must leave this share free: the
@@ -52,10 +52,12 @@ def enabled() -> bool:
     return os.environ.get("KERNELSMITH_OUTPUT_HANDOFF", "1") != "0"
 
 
-def channel_from_env() -> tuple[str, int] | None:
-    value = os.environ.get(ENV, "")
-    device, _, fd = value.partition(",")
-    return (device, int(fd)) if fd.isdigit() else None
+def channel_from_env() -> tuple[str, int, int] | None:
+    """(device, the socket's descriptor, how many trials the verify has: buffers beyond that are refused)."""
+    parts = os.environ.get(ENV, "").split(",")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[1:]):
+        return None
+    return parts[0], int(parts[1]), min(int(parts[2]), MAX_TRIALS) if len(parts) > 2 else MAX_TRIALS
 
 
 # -- the judge's side ---------------------------------------------------------------------------
@@ -63,8 +65,8 @@ def channel_from_env() -> tuple[str, int] | None:
 class Server:
     """Answers the candidate's buffer requests on a thread, until the candidate's end closes."""
 
-    def __init__(self, sock: socket.socket, allocator):
-        self.sock, self.allocator = sock, allocator
+    def __init__(self, sock: socket.socket, allocator, trials: int = MAX_TRIALS):
+        self.sock, self.allocator, self.trials = sock, allocator, trials
         self.buffers: dict[int, object] = {}
         self.declined: dict[int, str] = {}
         self._thread = threading.Thread(target=self._serve, name="ks-handoff", daemon=True)
@@ -96,8 +98,8 @@ class Server:
             trial, nbytes = _parse(line)
         except Declined as why:
             return self._reply({"ok": False, "why": str(why)})
-        if trial in self.buffers or trial in self.declined:
-            return self._reply({"ok": False, "why": f"trial {trial} already has an answer"})
+        if trial >= self.trials or trial in self.buffers or trial in self.declined:
+            return self._reply({"ok": False, "why": f"trial {trial} is not one to answer"})
         try:
             buffer = self.allocator.allocate(nbytes)
             fd = buffer.export()
@@ -153,9 +155,9 @@ def _parse(line: bytes) -> tuple[int, int]:
 SERVER: Server | None = None  # the judge worker's, started before its job arrives (worker.py)
 
 
-def serve(device: str, fd: int) -> Server:
+def serve(device: str, fd: int, trials: int = MAX_TRIALS) -> Server:
     allocator = CudaAllocator() if device == "cuda" else HostAllocator()
-    return Server(socket.socket(fileno=fd), allocator).start()
+    return Server(socket.socket(fileno=fd), allocator, trials).start()
 
 
 class _Refusing:
