@@ -155,3 +155,25 @@ def test_a_candidate_that_keeps_its_end_open_does_not_hold_up_the_judge(channel)
     os.close(socket.recv_fds(client.sock, 512, 1)[1][0])
     # the judge's job comes only once the candidate is gone; a stray holder of the socket is cut off
     assert sorted(server.received(timeout=0.5)) == [0]
+
+
+def test_the_judge_starts_its_allocator_only_when_the_candidate_first_asks():
+    """CUDA's start is GPU work: it must fall inside the candidate's hold of the GPU (runner.compute_lock),
+    not whenever the prestarted judge happens to finish importing torch."""
+    started = []
+
+    class Recording(handoff.HostAllocator):
+        def start(self):
+            started.append(True)
+            super().start()
+
+    judges, candidates = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    server = handoff.Server(judges, Recording()).start()
+    client = handoff.Client("cpu", candidates.detach())
+    server._thread.join(0.3)
+    assert started == []  # serving, but nothing started before a request
+    client.sock.sendall(b'{"trial": 0, "nbytes": 64}\n')
+    os.close(socket.recv_fds(client.sock, 512, 1)[1][0])
+    assert started == [True]
+    client.sock.close()
+    server.received()

@@ -66,7 +66,7 @@ class Server:
     """Answers the candidate's buffer requests on a thread, until the candidate's end closes."""
 
     def __init__(self, sock: socket.socket, allocator, trials: int = MAX_TRIALS):
-        self.sock, self.allocator, self.trials = sock, allocator, trials
+        self.sock, self.allocator, self.trials, self._started = sock, allocator, trials, False
         self.buffers: dict[int, object] = {}
         self.declined: dict[int, str] = {}
         self._thread = threading.Thread(target=self._serve, name="ks-handoff", daemon=True)
@@ -85,13 +85,18 @@ class Server:
         return dict(self.buffers)
 
     def _serve(self) -> None:
+        with self.sock:
+            for request in _lines(self.sock):
+                self._answer(request)
+
+    def _start_allocator(self) -> None:
+        """On the first request, so inside the candidate's hold of the GPU (runner.compute_lock): a judge
+        does no GPU work, CUDA's start included, outside a job that holds the lock."""
+        self._started = True
         try:
             self.allocator.start()
         except Exception as err:  # noqa: BLE001  (no buffers: every request is declined with the reason)
             self.allocator = _Refusing(f"{type(err).__name__}: {err}")
-        with self.sock:
-            for request in _lines(self.sock):
-                self._answer(request)
 
     def _answer(self, line: bytes) -> None:
         try:
@@ -100,6 +105,8 @@ class Server:
             return self._reply({"ok": False, "why": str(why)})
         if trial >= self.trials or trial in self.buffers or trial in self.declined:
             return self._reply({"ok": False, "why": f"trial {trial} is not one to answer"})
+        if not self._started:
+            self._start_allocator()
         try:
             buffer = self.allocator.allocate(nbytes)
             fd = buffer.export()
