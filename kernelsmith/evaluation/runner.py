@@ -413,15 +413,44 @@ def compute_lock(job: dict):
     if job.get("device") != "cuda" or job["kind"] in CPU_ONLY_JOBS:
         yield
         return
-    gpu = _worker_env(job).get("CUDA_VISIBLE_DEVICES", "all").replace("/", "_")
     folder = Path(os.environ.get("KERNELSMITH_COMPUTE_LOCK_DIR", "/tmp/kernelsmith-compute"))
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"gpu-{gpu}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # blocking: the holder's own timeout bounds the wait
+    with contextlib.ExitStack() as held:
+        for gpu in gpu_keys(_worker_env(job).get("CUDA_VISIBLE_DEVICES")):  # sorted: no two holders deadlock
+            handle = held.enter_context(open(folder / f"gpu-{gpu.replace('/', '_')}.lock", "w"))
+            fcntl.flock(handle, fcntl.LOCK_EX)  # blocking: the holder's own timeout bounds the wait
+            held.callback(fcntl.flock, handle, fcntl.LOCK_UN)
+        yield
+
+
+def gpu_keys(visible: str | None) -> list[str]:
+    """The GPUs a worker with this CUDA_VISIBLE_DEVICES can use, by UUID where nvidia-smi names them, so
+    that every spelling of one GPU (its index, its UUID or a prefix of it, no CUDA_VISIBLE_DEVICES at all)
+    takes the same lock. Without nvidia-smi, the spelling itself ("all" when unset)."""
+    table = _gpu_table()
+    if not table:
+        return [visible if visible is not None else "all"]
+    if visible is None:
+        return sorted(uuid for _, uuid in table)
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    keys = {next((uuid for index, uuid in table if e == index or uuid.startswith(e)), e) for e in entries}
+    return sorted(keys) or ["none"]
+
+
+_GPUS: list | None = None
+
+
+def _gpu_table() -> list[tuple[str, str]]:
+    """(index, UUID) of every GPU nvidia-smi lists, read once per process; [] without nvidia-smi."""
+    global _GPUS
+    if _GPUS is None:
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        _GPUS = [tuple(part.strip() for part in line.split(",", 1)) for line in out.splitlines() if "," in line]
+    return _GPUS
 
 
 _THREAD = threading.local()
