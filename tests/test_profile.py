@@ -536,6 +536,28 @@ def test_a_candidate_that_rewrites_the_harness_input_draws_is_caught(candidate, 
     assert any(caught_by in v for v in result.violations), result.violations
 
 
+def test_a_helper_that_starts_and_ends_inside_each_timed_run_is_caught(candidate, run_eval):
+    """The census looks before and after every bracket, never inside it: a child forked in forward, made to
+    work and waited for before forward returns is in no census. The CPU time of the children the worker's
+    processes have reaped still grows across such a bracket, and that is read too."""
+    result = run_eval(candidate('''
+        import os, time
+
+        class ModelNew(Base):
+            def forward(self, x):
+                pid = os.fork()
+                if pid == 0:  # the helper: 30 ms of CPU (a real one would compute the answer unwatched)
+                    end = time.process_time() + 0.03
+                    while time.process_time() < end:
+                        pass
+                    os._exit(0)
+                os.waitpid(pid, 0)
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=10)
+    assert not result.clean and result.reward == -1, (result.speedup_vs_eager, result.notes)
+    assert any("started and ended inside" in v for v in result.violations), result.violations
+
+
 def test_a_helper_process_beside_the_timed_candidate_is_caught(candidate, run_eval):
     """Compute in a process of the candidate's own making is watched by nothing (no op watch, no load check):
     a server there could run torch.compile's code while the candidate's kernel only copies its answers. The

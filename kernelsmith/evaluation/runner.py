@@ -75,15 +75,28 @@ def _pids_where(field: int, value: int) -> list[int]:
 def process_tree(root: int) -> list[int]:
     """root and every process below it. A jailed worker's PID namespace hangs off bwrap whole: an orphan
     in it is adopted by the namespace's init, never by a process outside."""
+    return _tree_and_reaped(root)[0]
+
+
+def _tree_and_reaped(root: int) -> tuple[list[int], int]:
+    """process_tree(root), plus every process of root's session (an orphan of a bare worker is adopted by
+    this process, the subreaper, but keeps the session), and the CPU ticks of the children they have
+    reaped (cutime + cstime): a child that ran and was waited for between two looks adds to them."""
     children: dict[int, list[int]] = {}
+    stats: dict[int, list[bytes]] = {}
     for pid, fields in _stat_fields():  # one read of /proc (gVisor has no /proc/PID/task/TID/children)
         children.setdefault(int(fields[1]), []).append(pid)
+        stats[pid] = fields
     tree, frontier = [], [root]
     while frontier:
         pid = frontier.pop()
         tree.append(pid)
         frontier += children.get(pid, [])
-    return tree
+    session = int(stats[root][3]) if root in stats and len(stats[root]) > 3 else None
+    tree += [pid for pid, fields in stats.items() if session is not None and pid not in tree
+             and len(fields) > 3 and int(fields[3]) == session and pid != os.getpid()]
+    reaped = sum(int(stats[pid][13]) + int(stats[pid][14]) for pid in tree if len(stats.get(pid, ())) > 14)
+    return tree, reaped
 
 
 def _command(pid: int) -> str:
@@ -284,6 +297,7 @@ class ParentClock:
         self.worker_pid, self.expected_processes = None, 1
         self.most_processes = 0  # the most processes of the worker's tree seen at a timed batch
         self.crowd: list[str] = []  # that tree's command names, when it held more than expected
+        self.short_lived = 0  # brackets in which a child of the worker's tree ran and was reaped
 
     def census(self, pid: int, jailed: bool) -> None:
         """Count the worker's processes around each timed batch: in the jail bwrap, the namespace's init and
@@ -291,13 +305,15 @@ class ParentClock:
         the op watch nor the load checks look) is a violation (evaluation/checks.py)."""
         self.worker_pid, self.expected_processes = pid, 3 if jailed else 1
 
-    def _count(self) -> None:
+    def _count(self) -> int:
+        """Census of the worker's processes; the CPU ticks of the children they have reaped so far."""
         if self.worker_pid is None:
-            return
-        tree = process_tree(self.worker_pid)
+            return 0
+        tree, reaped = _tree_and_reaped(self.worker_pid)
         if len(tree) > max(self.most_processes, self.expected_processes):
             self.crowd = [_command(pid) for pid in tree]
         self.most_processes = max(self.most_processes, len(tree))
+        return reaped
 
     @contextlib.contextmanager
     def serving(self, job: dict):
@@ -336,13 +352,14 @@ class ParentClock:
         name = line[6:].strip().decode(errors="replace")[:40]
         if name == "candidate":
             self.seeds.append(self._last)
-        self._count()  # before and after every bracket, never inside it: both contenders' brackets alike
+        reaped = self._count()  # before and after every bracket, never inside it: both contenders' brackets alike
         start = time.perf_counter()
         os.write(go_w, b"g")
         if reports.readline() != b"done\n":
             return False
         self.batches.setdefault(name, []).append((time.perf_counter() - start) * 1e3)
-        self._count()
+        if self._count() > reaped:  # a process started and ended inside the bracket (the census saw neither end)
+            self.short_lived += 1
         return True
 
 
