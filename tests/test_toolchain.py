@@ -101,6 +101,21 @@ def test_an_unwritable_cache_still_gives_a_verdict_and_never_fails_a_build(tmp_p
     assert os.environ["CXX"] == shutil.which("c++") and "is not fit" in notes[0]
 
 
+def test_a_jailed_worker_reads_a_cached_verdict_without_probing(own_cache, tmp_path, bad_cxx, monkeypatch):
+    """The jail shows the user cache read-only, so its lock cannot be taken there. The verdict the parent
+    cached must still be read: probing again compiled a library and imported torch in a fresh process for
+    every check, about 4 s per build (the op watch's, the candidate's kernels') in each H200 worker."""
+    first = toolchain.verdict(bad_cxx)  # the parent's check, cached
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "kernelsmith" / "toolchain"
+    monkeypatch.setattr(toolchain, "probe", lambda compiler: pytest.fail("probed in the jail"))
+    from kernelsmith.evaluation import build_plan
+
+    def no_lock(path):  # what a read-only cache does to the lock
+        raise PermissionError(f"read-only: {path}")
+    monkeypatch.setattr(build_plan, "cache_lock", no_lock)
+    assert any(cache.glob("*.json")) and toolchain.verdict(bad_cxx) == first
+
+
 def test_the_build_stamp_changes_with_the_compiler(tmp_path, monkeypatch):
     from kernelsmith.evaluation import build_plan
 

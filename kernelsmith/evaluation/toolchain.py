@@ -127,13 +127,18 @@ def verdict(compiler: str) -> tuple[bool | None, str]:
     if not identity:
         return None, f"{compiler} not found"
     path = user_cache_dir() / "toolchain" / f"{identity}.json"
+    cached = read_json(path)  # first without the lock: a jailed worker reads the cache and cannot lock it
+    if "fit" in cached:  # (the probe there cost a compile and a torch import per check: 4 s per build on the H200)
+        return bool(cached["fit"]), str(cached.get("why", ""))
     try:
         with cache_lock(path):
             cached = read_json(path)
             if "fit" in cached:
                 return bool(cached["fit"]), str(cached.get("why", ""))
             fit, why = probe(compiler)
-            path.write_text(json.dumps({"compiler": compiler, "fit": fit, "why": why}))
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")  # whole or not at all, for the readers without the lock
+            tmp.write_text(json.dumps({"compiler": compiler, "fit": fit, "why": why}))
+            os.replace(tmp, path)
     except Unsettled as err:
         return None, f"{compiler}: the probe could not run ({err})"
     except OSError:  # an unwritable cache: decide without it
