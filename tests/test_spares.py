@@ -21,7 +21,7 @@ def workdir(own_folder):
 
 def test_the_next_verify_takes_the_spare_and_runs_the_files_edited_since(workdir, run_eval):
     first = run_eval(workdir / "model_new.py", spare_workers=True)
-    assert first.clean and runner.SPARES.count() == 3  # the candidate's, and a profile's two after a verify
+    assert first.clean and runner.SPARES.count() == 3  # the candidate's, and a profile's two from the verify
     job = candidate_job(run_eval.reference, workdir / "model_new.py", EvalOptions(device="cpu"))
     spare = runner.SPARES._spare[runner.SPARES.signature(job, EvalOptions().timeout_s)]
     assert spare.proc.poll() is None  # started, torch imported, waiting for its job
@@ -73,3 +73,17 @@ def test_past_the_limit_the_oldest_spare_is_killed(workdir, task_dir, monkeypatc
     oldest = runner.SPARES._spare[runner.SPARES.signature(jobs[0], opts.timeout_s)]
     runner.SPARES.stock(jobs[1], opts.timeout_s)
     assert runner.SPARES.count() == 1 and oldest.proc.poll() is not None
+
+
+def test_a_verify_starts_the_profile_spares_before_it_runs_and_keeps_a_live_one(workdir, run_eval):
+    """A profile comes straight after its verify (verdicts are cached, so it starts at once): spares stocked
+    after the verify would have had no time to import torch. They start before it, whatever it finds."""
+    (workdir / "model_new.py").write_text(PRELUDE + "\nclass ModelNew(Base):\n    def forward(self, x):\n"
+                                          "        return kernel('axpb', x, self.bias).add_(1.0)\n")
+    wrong = run_eval(workdir / "model_new.py", spare_workers=True)
+    assert not wrong.correct
+    spares = {json.loads(sig)[0][0]: worker for sig, worker in runner.SPARES._spare.items()}
+    assert {"profile", "checksums"} <= set(spares)  # stocked before the verify, not on its success
+    run_eval(workdir / "model_new.py", spare_workers=True)
+    again = {json.loads(sig)[0][0]: worker for sig, worker in runner.SPARES._spare.items()}
+    assert again["profile"] is spares["profile"] and spares["profile"].proc.poll() is None  # kept, not restarted

@@ -32,19 +32,20 @@ def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
     kernels = candidate.parent / "kernels"
     if build.has_kernels(kernels) and not build_step(kernels, opts, result):
         return finish(result, opts)
+    if opts.spare_workers and not opts.profile:  # a profile of these files, likely next, finds its two workers
+        _stock_profile_spares(reference, candidate, opts)  # with torch imported while this verify runs
     with _profile_worker(reference, candidate, opts) as profiling:  # importing torch while verify runs
         if verified(reference, candidate, opts, result) and profiling:
             _profile_with(reference, opts, result, *profiling)
     if opts.spare_workers:  # the next verify of these files finds its candidate worker started
         runner.SPARES.stock(candidate_job(reference, candidate, opts), opts.timeout_s)
-        if not opts.profile and result.correct and not result.violations:  # and a profile, likely next, its two
-            _stock_profile_spares(reference, candidate, opts)
     return finish(result, opts)
 
 
 def _stock_profile_spares(reference: Path, candidate: Path, opts: EvalOptions) -> None:
     """A profile worker (with the parent's clock it will be timed by) and a checksums worker, started now
-    so that the next profile of these files finds torch imported in both."""
+    so that the next profile of these files finds torch imported in both. (A spare loads the files as
+    they are when its job comes, so one left by a verify that failed serves a later profile as well.)"""
     prepare_watch()  # the spare's jail binds the built watch only if it exists when it starts
     job = profile_job(reference, candidate, replace(opts, profile=True))
     runner.SPARES.stock(job, opts.timeout_s * 2, runner.ParentClock())

@@ -392,8 +392,12 @@ class Spares:
         return None
 
     def stock(self, job: dict, timeout: float, clock: "ParentClock | None" = None) -> None:
-        """Start a spare for a job like this one (a profile worker with the clock that will time it); it
-        replaces one of the same signature."""
+        """Start a spare for a job like this one (a profile worker with the clock that will time it),
+        unless a live one of the same signature is waiting already (one that died is replaced)."""
+        with self._lock:
+            waiting = self._spare.get(self.signature(job, timeout))
+        if waiting is not None and waiting.proc.poll() is None:
+            return
         worker = Prestarted(job, timeout, clock).__enter__()
         with self._lock:
             retired = [self._spare.pop(self.signature(job, timeout), None)]
