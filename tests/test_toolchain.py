@@ -205,8 +205,8 @@ BUILD_ONCE = textwrap.dedent("""
     from kernelsmith.evaluation import runner
     from kernelsmith.evaluation.evaluate import run_build
     spawned = []
-    real_run_job = runner.run_job
-    runner.run_job = lambda *a, **k: spawned.append(1) or real_run_job(*a, **k)
+    real_run = runner.Prestarted.run  # every worker's job goes through it
+    runner.Prestarted.run = lambda self, rest: spawned.append(1) or real_run(self, rest)
     built = run_build(__import__("pathlib").Path(sys.argv[1]), "cpu", False)
     print(json.dumps({"ok": built["ok"], "worker": bool(spawned)}))
 """)
