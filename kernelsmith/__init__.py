@@ -4,4 +4,6 @@ __version__ = "0.1.0"
 # 2: timed runs watched natively, not by a Python dispatch mode
 # 3: a jail, sealed trusted state, timers and outputs checked from outside
 # 3.1: the candidate's timed inputs are fresh draws, under seeds from the parent, which checks them
-HARNESS_VERSION = "3.1"
+# 3.2: eager's timed runs draw fresh inputs too; verify's outputs reach the judge in buffers it owns; the
+#      census also reads the CPU time of children reaped inside a timed run; the compute lock is per GPU UUID
+HARNESS_VERSION = "3.2"
