@@ -46,7 +46,7 @@ def helper_processes(clock) -> str | None:
     if extra > 0:
         return (f"{extra} process(es) besides the worker ran while the candidate was timed (compute outside "
                 f"the watched process is not the candidate's kernel): {', '.join(clock.crowd)}")
-    if getattr(clock, "short_lived", 0):
+    if clock.short_lived:
         return (f"a process besides the worker ran while the candidate was timed, started and ended inside "
                 f"{clock.short_lived} timed run(s) (compute outside the watched process is not the candidate's kernel)")
     return None

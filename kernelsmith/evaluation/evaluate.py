@@ -212,7 +212,7 @@ def _profile_worker(reference: Path, candidate: Path, opts: EvalOptions):
         return
     prepare_watch()  # before the worker starts: its jail binds the built watch only if it exists then
     job = profile_job(reference, candidate, opts)
-    with contextlib.ExitStack() as stack:  # spares (started after the verify before) carry their own clock
+    with contextlib.ExitStack() as stack:  # spares (stocked by the verify before) carry their own clock
         worker = stack.enter_context(runner.SPARES.take(job, opts.timeout_s * 2)
                                      or runner.Prestarted(job, opts.timeout_s * 2, runner.ParentClock()))
         checker = stack.enter_context(runner.SPARES.take(checksums_job(job), opts.timeout_s)

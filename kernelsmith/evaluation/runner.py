@@ -72,16 +72,11 @@ def _pids_where(field: int, value: int) -> list[int]:
     return [pid for pid, fields in _stat_fields() if int(fields[field]) == value]
 
 
-def process_tree(root: int) -> list[int]:
-    """root and every process below it. A jailed worker's PID namespace hangs off bwrap whole: an orphan
-    in it is adopted by the namespace's init, never by a process outside."""
-    return _tree_and_reaped(root)[0]
-
-
 def _tree_and_reaped(root: int) -> tuple[list[int], int]:
-    """process_tree(root), plus every process of root's session (an orphan of a bare worker is adopted by
-    this process, the subreaper, but keeps the session), and the CPU ticks of the children they have
-    reaped (cutime + cstime): a child that ran and was waited for between two looks adds to them."""
+    """root, every process below it and every process of root's session, and the CPU ticks of the children
+    they have reaped (cutime + cstime): a child that ran and was waited for between two looks adds to them.
+    A jailed worker's PID namespace hangs off bwrap whole (an orphan in it is adopted by the namespace's
+    init); an orphan of a bare worker is adopted by this process, the subreaper, but keeps the session."""
     children: dict[int, list[int]] = {}
     stats: dict[int, list[bytes]] = {}
     for pid, fields in _stat_fields():  # one read of /proc (gVisor has no /proc/PID/task/TID/children)

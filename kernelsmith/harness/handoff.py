@@ -48,10 +48,6 @@ class Declined(Exception):
     """The judge keeps no buffer for this trial: its outputs go to the file."""
 
 
-def enabled() -> bool:
-    return os.environ.get("KERNELSMITH_OUTPUT_HANDOFF", "1") != "0"
-
-
 def channel_from_env() -> tuple[str, int, int] | None:
     """(device, the socket's descriptor, how many trials the verify has: buffers beyond that are refused)."""
     parts = os.environ.get(ENV, "").split(",")
@@ -386,7 +382,7 @@ def _fill_device(fd: int, size: int, raws: list[torch.Tensor], layout: list[dict
 
 def client_from_env(device: str) -> Client | None:
     channel = channel_from_env()
-    if channel is None or not enabled() or channel[0] != device:
+    if channel is None or channel[0] != device:  # (KERNELSMITH_OUTPUT_HANDOFF=0: the parent made no channel)
         return None
     return Client(device, channel[1])
 

@@ -89,11 +89,12 @@ def _drop_cwd_from_path() -> None:
 
 def main() -> int:
     _drop_cwd_from_path()
+    kind = sys.argv[1] if len(sys.argv) > 1 else ""
     try:  # torch and the harness before the job: a worker started ahead of it (runner.Prestarted)
-        handlers, failed = _handlers(sys.argv[1] if len(sys.argv) > 1 else ""), None  # imports them while the step before it runs
+        handlers, failed = _handlers(kind), None  # imports them while the step before it runs
     except BaseException as err:  # noqa: BLE001  (reported as the job's answer below)
         handlers, failed = {}, (err, traceback.format_exc(limit=12))
-    _serve_handoff(sys.argv[1] if len(sys.argv) > 1 else "")
+    _serve_handoff(kind)
     ready = time.perf_counter()
     job = json.loads(sys.stdin.read())
     arrived = time.perf_counter()
