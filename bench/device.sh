@@ -137,11 +137,12 @@ case "$STEP" in
     command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
     K=.dev/kernelbench; C=bench/candidates; I=/tmp/ks-iter; mkdir -p $I
     [ -e $I/.prewarmed ] && PREWARM= || PREWARM="--prewarm examples/rms_norm_rows/model.py:examples/rms_norm_rows/cuda"
-    timeout ${LIMIT:-560} python3 bench/iteration_speed.py $K/level1/89_cumsum.py:$C/level1_89_cumsum \
-      $K/level2/45_Gemm_Sigmoid_LogSumExp.py:$C/level2_45_Gemm_Sigmoid_LogSumExp $K/level1/21_Sigmoid.py:$C/level1_21_Sigmoid \
+    # ITER_TASKS=... orders them (kernelbench paths under level*/, candidate folders named alike)
+    timeout ${LIMIT:-560} python3 bench/iteration_speed.py $(for t in ${ITER_TASKS:-level1/89_cumsum level2/45_Gemm_Sigmoid_LogSumExp level1/21_Sigmoid}; do
+      printf '%s ' "$K/$t.py:$C/${t/\//_}"; done) \
       --cuda-agent .dev/cuda-agent-workdir --iterations ${ITER:-2} --sides ${SIDES:-kernelsmith,cuda-agent} $PREWARM \
       --resume --out $I > "$OUT/iteration_speed.log" 2>&1
-    touch $I/.prewarmed; cp $I/iteration_speed.jsonl "$OUT/" 2>/dev/null; grep -v Warn "$OUT/iteration_speed.log" | cut -c1-400 | tail -14 ;;
+    touch $I/.prewarmed; cp $I/iteration_speed.jsonl $I/events_*.jsonl "$OUT/" 2>/dev/null; grep -v Warn "$OUT/iteration_speed.log" | cut -c1-400 | tail -14 ;;
   eval-phases|handoff)  # where one evaluation's time goes (result.seconds: each worker's phases), on the 4 GB cumsum;
                 # a run named "file" sends the outputs through the file instead of the judge's buffers.
                 # handoff: the GPU test of the judge's device buffers first, then cold, warm and warm-by-file evals
