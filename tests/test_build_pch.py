@@ -246,3 +246,75 @@ def test_off_or_damaged_the_build_goes_on_without_it(torch_pch, tmp_path, monkey
     assert (build_dir / "binding.o").stat().st_mtime_ns == binding_o
     assert Path(damaged["so_path"]) == Path(off["so_path"])
     imports(damaged["so_path"], damaged["name"])
+
+
+# --- the module's entry, compiled once beside the PCH ---------------------------------------------
+
+
+def linked_entry(build_dir: Path) -> Path | None:
+    """The shared module object a build linked (named in its ninja file's ldflags), or None."""
+    line = next(l for l in (build_dir / "build.ninja").read_text().splitlines() if l.startswith("ldflags = "))
+    return next((Path(w) for w in line.split() if "binding_module-" in w and w.endswith(".o")), None)
+
+
+@pytest.mark.slow_build
+def test_extensions_of_different_names_link_one_entry_compiled_once(torch_pch, tmp_path, monkeypatch):
+    """binding.cpp names its module, so each extension compiled it again (20 s and more here): the entry
+    that names none is compiled once per PCH, and a build whose kernels include no torch compiles no torch."""
+    monkeypatch.delenv("KERNELSMITH_PCH", raising=False)
+    results = []
+    for i in range(2):
+        kernels = tmp_path / f"work{i}" / "kernels"
+        kernels.mkdir(parents=True)
+        (kernels / "plain.cpp").write_text(PLAIN % i)
+        results.append(worker_build(kernels))
+    assert all(r["ok"] for r in results), [r["summary"] for r in results]
+    first, second = (Path(r["so_path"]).parent for r in results)
+    assert results[0]["name"] != results[1]["name"]
+    entry = linked_entry(first)
+    assert entry is not None and entry.parent == torch_pch.parent and linked_entry(second) == entry
+    assert not (first / "binding.o").exists() and not (second / "binding.o").exists()
+    log = (torch_pch.parent.parent / pch.LOG_NAME).read_text()
+    assert log.count(f"{torch_pch.parent.name} {entry.name} ") <= 1  # compiled once, by whichever build came first
+    for r in results:  # PyInit_<name> is the entry's: each imports under its own name
+        assert imports(r["so_path"], r["name"]) == []
+
+
+@pytest.mark.slow_build
+def test_a_damaged_shared_entry_is_dropped_and_the_build_uses_binding_cpp(torch_pch, tmp_path, monkeypatch):
+    """An object that cannot be linked (truncated, or not an object at all) costs one rebuild, never the build."""
+    monkeypatch.delenv("KERNELSMITH_PCH", raising=False)
+    root = tmp_path / "pch"
+    monkeypatch.setenv("KERNELSMITH_PCH_DIR", str(root))  # a folder of our own beside the real PCH's files
+    (root / torch_pch.parent.name).mkdir(parents=True)
+    for name in (pch.HEADER_NAME, pch.HEADER_NAME + ".gch", pch.META_NAME):  # linked, not copied (0.8 GB)
+        _hard_link_or_copy(torch_pch.parent / name, root / torch_pch.parent.name / name)
+    garbage = root / torch_pch.parent.name / f"binding_module-{_entry_digest()}.o"
+    garbage.write_bytes(b"not an object\n")
+    kernels = tmp_path / "work" / "kernels"
+    kernels.mkdir(parents=True)
+    (kernels / "plain.cpp").write_text(PLAIN % 7)
+    result = worker_build(kernels)
+    assert result["ok"], result["summary"]
+    assert any("could not be linked" in n for n in result["notes"]), result["notes"]
+    build_dir = Path(result["so_path"]).parent
+    assert (build_dir / "binding.o").exists() and linked_entry(build_dir) is None
+    assert not garbage.exists()  # the next build compiles it again
+    assert imports(result["so_path"], result["name"]) == []
+
+
+def _entry_digest() -> str:
+    import hashlib
+
+    inputs = [build.TEMPLATES / "binding_module.cpp", build.TEMPLATES / "binding_registry.h"]
+    return hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in inputs)).hexdigest()[:16]
+
+
+def _hard_link_or_copy(source: Path, target: Path) -> None:
+    """A hard link where both lie on one file system (a symlink would point outside the build's jail)."""
+    import shutil
+
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

@@ -75,10 +75,16 @@ def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path, notes:
     header = precompiled_header(flags["cflags"], device, notes)
     with pch.in_use(header) as usable:
         pch_flags = ["-include", shlex.quote(str(header)), "-Winvalid-pch"] if usable else []
+        module = module_object(header, flags["cflags"], device, notes) if usable else None
         versions = _versioner_entry(name)
         try:
-            return _load(name, sources, flags, device, out_dir, pch_flags), pch_flags
+            return _load(name, sources, flags, device, out_dir, pch_flags, module), pch_flags
         except BuildError as err:
+            if module is not None and _object_error(err.log, module):
+                notes.append(f"the shared {module.name} could not be linked; built with binding.cpp instead")
+                pch.discard_object(module)
+                _versioner_entry(name, restore=versions)
+                return _load(name, sources, flags, device, out_dir, pch_flags, None), pch_flags
             fatal = _PCH_ERROR_RE.search(err.log) if pch_flags else None
             if fatal is None:
                 raise
@@ -94,17 +100,26 @@ def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path, notes:
 _PCH_ERROR_RE = re.compile(r"^.*error:.*(?:\bPCH\b|\.gch\b|ks_torch\.h).*$|^.*internal compiler error.*$", re.MULTILINE)
 
 
-def _load(name, sources, flags, device, out_dir: Path, pch_flags: list[str]) -> str:
+def _object_error(log: str, obj: Path) -> bool:
+    """Whether a failed link failed on the shared module object itself (a damaged or foreign file), not
+    on the kernels (the failed command line names the object too)."""
+    return any(obj.name in line and " -o " not in line for line in log.splitlines())
+
+
+def _load(name, sources, flags, device, out_dir: Path, pch_flags: list[str], module: Path | None = None) -> str:
+    """Build with cpp_extension. The module's entry is binding.cpp compiled into this extension, or, given
+    `module`, that object (compiled once per PCH) with PyInit_<name> made an alias of its entry."""
     from torch.utils import cpp_extension
 
-    infra = [TEMPLATES / "binding.cpp"]
+    infra = [] if module else [TEMPLATES / "binding.cpp"]
+    entry = [str(module), f"-Wl,--defsym=PyInit_{name}=PyInit_ks_extension"] if module else []
     try:
         module = cpp_extension.load(
             name=name,
             sources=[str(p) for p in infra + sources],
             extra_cflags=list(flags["cflags"]) + pch_flags,  # copies: cpp_extension appends to these lists
             extra_cuda_cflags=list(flags["cuda_flags"]),
-            extra_ldflags=list(flags["ldflags"]),
+            extra_ldflags=list(flags["ldflags"]) + entry,
             extra_include_paths=[str(TEMPLATES), str(sources[0].parent)],
             build_directory=str(out_dir),
             with_cuda=(device == "cuda"),
@@ -158,6 +173,22 @@ def precompiled_header(cflags: list[str], device: str, notes: list[str]) -> Path
     except Exception as err:  # noqa: BLE001  (a PCH problem must never fail a build)
         notes.append(f"precompiled header skipped ({type(err).__name__}: {err})")
         return None
+
+
+def module_object(header: Path, cflags: list[str], device: str, notes: list[str]) -> Path | None:
+    """binding_module.cpp compiled once beside the PCH (pch.ensure_object), or None: then every build
+    compiles binding.cpp. Only with pybind11 3 or later, whose modules take their name from the import."""
+    from kernelsmith.harness import pch
+    from torch.utils import cpp_extension
+
+    common = Path(cpp_extension.include_paths()[0]) / "pybind11" / "detail" / "common.h"
+    major = re.search(r"#define PYBIND11_VERSION_MAJOR (\d+)", common.read_text()) if common.is_file() else None
+    if major is None or int(major.group(1)) < 3:
+        return None
+    compiler, flags, includes, _ = pch_request(cflags, device)
+    source = TEMPLATES / "binding_module.cpp"
+    return pch.ensure_object(header, compiler, flags, includes, source, [source, TEMPLATES / "binding_registry.h"],
+                             [str(TEMPLATES)], notes)
 
 
 def pch_request(cflags: list[str], device: str):

@@ -9,6 +9,7 @@ flags. So the .gch lives in a folder named by a hash of everything that must mat
     <cache>/pch/<signature>/ks_torch.h.gch    the PCH (about 760 MB for a CPU build)
     <cache>/pch/<signature>/meta.json         written last: the folder is complete
     <cache>/pch/<signature>.lock              flock sidecar; its mtime is the last use
+    <cache>/pch/<signature>/<stem>-<hash>.o   objects compiled once with this PCH (ensure_object)
     <cache>/pch/builds.log                    one line per PCH build
 
 <cache> is $KERNELSMITH_PCH_DIR when set, else $XDG_CACHE_HOME/kernelsmith/pch (~/.cache/...).
@@ -206,6 +207,75 @@ def prune(root: Path, keep: int = KEEP) -> list[str]:
     return deleted
 
 
+def ensure_object(header: Path, compiler: str, cflags: list[str], include_dirs: list[str], source: Path,
+                  inputs: list[Path], quote_dirs: list[str], notes: list[str], timeout: float | None = None) -> Path | None:
+    """`source` compiled once with this PCH into its folder, named by a hash of `inputs` (the source and
+    the headers it includes), for every build with these flags to link; None when it cannot be had (a
+    note says why). Call it while holding in_use(header): prune() then leaves the folder alone."""
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in inputs)).hexdigest()[:16]
+    obj = header.parent / f"{source.stem}-{digest}.o"
+    failed = obj.with_name(obj.name + ".failed")
+    if obj.is_file():
+        return obj
+    if failed.is_file() and time.time() - failed.stat().st_mtime < RETRY_AFTER_S:
+        return None
+    limit = timeout_s() if timeout is None else timeout
+    try:
+        fd = _acquire(header.parent / "objects.lock", fcntl.LOCK_EX, time.monotonic() + limit)
+    except (TimeoutError, OSError):
+        return None
+    try:
+        return obj if obj.is_file() else _compile_object(compiler, cflags, include_dirs, header, source,
+                                                        quote_dirs, obj, limit, notes)
+    finally:
+        os.close(fd)
+
+
+def _compile_object(compiler, cflags, include_dirs, header, source, quote_dirs, obj: Path, limit, notes) -> Path | None:
+    tmp = obj.with_name(f"{obj.name}.tmp-{os.getpid()}")
+    cmd = [compiler, *[a for d in include_dirs for a in ("-isystem", d)], *[f"-I{d}" for d in quote_dirs], *cflags,
+           "-include", str(header), "-Winvalid-pch", "-c", str(source), "-o", str(tmp)]
+    start = time.monotonic()
+    reason = _run(cmd, limit)
+    if not reason:
+        os.replace(tmp, obj)
+    tmp.unlink(missing_ok=True)
+    _log(header.parent.parent, f"{header.parent.name} {obj.name} pid={os.getpid()} {time.monotonic() - start:.1f}s "
+                               + ("ok" if not reason else "failed: " + reason))
+    if reason:
+        with contextlib.suppress(OSError):
+            obj.with_name(obj.name + ".failed").write_text(reason)
+        notes.append(f"{source.name} was not precompiled ({reason}); each build compiles its own")
+        return None
+    return obj
+
+
+def discard_object(obj: Path) -> None:
+    """Forget an object that a link could not use: the next build compiles it again."""
+    with contextlib.suppress(OSError):
+        obj.unlink()
+
+
+def _run(cmd: list[str], limit: float) -> str:
+    """Run a compile in its own process group (a timeout kills cc1plus too); '' or why it failed."""
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    except OSError as err:
+        return f"{type(err).__name__}: {err}"
+    try:
+        out, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return f"timed out after {limit:.0f} s"
+    if proc.returncode != 0:
+        tail = [l for l in out.strip().splitlines() if l.strip()][-3:]
+        return f"the compiler failed ({proc.returncode}): " + " | ".join(tail)
+    return ""
+
+
 # --- internals -----------------------------------------------------------------------------------
 
 
@@ -276,8 +346,8 @@ def _acquire(path: Path, mode: int, deadline: float) -> int:
 def _compile(compiler, cflags, include_dirs, header_text, folder: Path, limit: float, notes: list[str]) -> bool:
     """Build the PCH into a temporary name and rename it into place (the caller holds the lock)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob("*.tmp-*"):  # left by a process killed mid-build
-        stale.unlink(missing_ok=True)
+    for stale in [*folder.glob("*.tmp-*"), *folder.glob("*.o.failed")]:  # a process killed mid-build; objects
+        stale.unlink(missing_ok=True)                                     # that failed with the old PCH
     (folder / META_NAME).unlink(missing_ok=True)
     header = folder / HEADER_NAME
     if not header.is_file() or header.read_text() != header_text:  # never rewritten under a running compile
@@ -289,22 +359,7 @@ def _compile(compiler, cflags, include_dirs, header_text, folder: Path, limit: f
     includes = [arg for d in include_dirs for arg in ("-isystem", d)]
     cmd = [compiler, *includes, *cflags, "-x", "c++-header", str(header), "-o", str(tmp)]
     start = time.monotonic()
-    reason = ""
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)  # its own group: a timeout kills cc1plus too
-        try:
-            out, _ = proc.communicate(timeout=limit)
-            if proc.returncode != 0:
-                tail = [l for l in out.strip().splitlines() if l.strip()][-3:]
-                reason = f"the compiler failed ({proc.returncode}): " + " | ".join(tail)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            reason = f"timed out after {limit:.0f} s"
-    except OSError as err:
-        reason = f"{type(err).__name__}: {err}"
+    reason = _run(cmd, limit)
     seconds = time.monotonic() - start
     if not reason:
         try:
