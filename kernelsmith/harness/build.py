@@ -177,10 +177,13 @@ def precompiled_header(cflags: list[str], device: str, notes: list[str]) -> Path
 
 def module_object(header: Path, cflags: list[str], device: str, notes: list[str]) -> Path | None:
     """binding_module.cpp compiled once beside the PCH (pch.ensure_object), or None: then every build
-    compiles binding.cpp. Only with pybind11 3 or later, whose modules take their name from the import."""
+    compiles binding.cpp. Only with pybind11 3 or later, whose modules take their name from the import;
+    KERNELSMITH_SHARED_ENTRY=0 turns it off."""
     from kernelsmith.harness import pch
     from torch.utils import cpp_extension
 
+    if os.environ.get("KERNELSMITH_SHARED_ENTRY", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
     common = Path(cpp_extension.include_paths()[0]) / "pybind11" / "detail" / "common.h"
     major = re.search(r"#define PYBIND11_VERSION_MAJOR (\d+)", common.read_text()) if common.is_file() else None
     if major is None or int(major.group(1)) < 3:
