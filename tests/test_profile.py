@@ -574,3 +574,21 @@ def test_a_helper_process_beside_the_timed_candidate_is_caught(candidate, run_ev
     assert not result.clean and result.reward == -1, (result.speedup_vs_eager, result.notes)
     assert any("besides the worker ran while the candidate was timed" in v for v in result.violations), \
         result.violations
+
+
+def test_the_checked_runs_are_drawn_after_the_profile_and_escape_a_half_faked_profile_rarely():
+    """A candidate that fakes more than half of its timed runs (what moving its median takes) is caught
+    unless all CHECKED_RUNS draws miss its fakes; the draw is fresh at every profile, so it cannot be learnt."""
+    from math import comb
+
+    from kernelsmith.evaluation import checks
+
+    seeds = list(range(1, 101))
+    claims = [[s, [[0.0, 0.0, 1]]] for s in seeds]
+    first, problem = checks.timed_runs(claims, seeds)
+    second, _ = checks.timed_runs(claims, seeds)
+    assert problem == "" and len(first) == checks.CHECKED_RUNS == len({i for i, _, _ in first})
+    assert [i for i, _, _ in first] != [i for i, _, _ in second]  # the same 16 of 100 twice: 1 in 1e18
+    assert all(seeds[i] == seed for i, seed, _ in first)
+    escape = comb(100 - 51, checks.CHECKED_RUNS) / comb(100, checks.CHECKED_RUNS)  # 51 of 100 runs faked
+    assert escape < 1e-5

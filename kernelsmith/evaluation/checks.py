@@ -15,7 +15,12 @@ import statistics
 MIN_SLACK_MS = 0.2  # per run: the pipe round trip and scheduling jitter of two processes
 REL_SLACK = 0.15  # of the candidate's own run time
 SPREAD_BUSY = 0.5  # (p90 - p10) / median above this for eager means the machine was busy
-CHECKED_RUNS = 8  # timed runs whose outputs a trusted process recomputes
+# Timed runs whose outputs a trusted process recomputes, drawn after the candidate has reported every
+# checksum. A candidate must fake more than half of its timed runs to move the median it is credited
+# with; it then escapes the draw with probability below 0.5**16 (1.5e-5; 0.5**8 = 0.4% with 8, which an
+# RL trainer's thousands of episodes would find). Each check costs one seeded input draw and one
+# reference forward in the trusted worker.
+CHECKED_RUNS = 16
 
 
 def _overheads(host_sums: list[float], parent_ms: list[float]) -> list[float]:
