@@ -4,9 +4,10 @@ binding.cpp compiled into every extension (KERNELSMITH_SHARED_ENTRY=0), alternat
     python bench/cold_build.py KERNELS_DIR [--device cpu|cuda] [--runs 3] [--out DIR]
 
 Each run copies KERNELS_DIR into a fresh folder (so its extension has a new name and no build
-folder: nothing to reuse but the machine-wide PCH and entry) and times the build worker's own call,
-`kernelsmith.harness.build.build`, in a fresh process (without the jail, which adds the same to both). The wall time is from outside; the CPU
-time is the worker's children (the compilers). The PCH and the shared entry are made first, untimed.
+folder: nothing to reuse but the machine-wide PCH and entry) and times the build worker's own
+call, `kernelsmith.harness.build.build`, in a fresh process (without the jail, which adds the same
+to both). The wall time is from outside; the CPU time is the worker's children (the compilers).
+The PCH and the shared entry are made first, untimed.
 """
 
 from __future__ import annotations

@@ -289,7 +289,8 @@ def test_a_damaged_shared_entry_is_dropped_and_the_build_uses_binding_cpp(torch_
     (root / torch_pch.parent.name).mkdir(parents=True)
     for name in (pch.HEADER_NAME, pch.HEADER_NAME + ".gch", pch.META_NAME):  # linked, not copied (0.8 GB)
         _hard_link_or_copy(torch_pch.parent / name, root / torch_pch.parent.name / name)
-    garbage = root / torch_pch.parent.name / f"binding_module-{_entry_digest()}.o"
+    garbage = pch.object_path(root / torch_pch.parent.name / pch.HEADER_NAME, build.ENTRY_INPUTS[0],
+                              list(build.ENTRY_INPUTS))
     garbage.write_bytes(b"not an object\n")
     kernels = tmp_path / "work" / "kernels"
     kernels.mkdir(parents=True)
@@ -301,13 +302,6 @@ def test_a_damaged_shared_entry_is_dropped_and_the_build_uses_binding_cpp(torch_
     assert (build_dir / "binding.o").exists() and linked_entry(build_dir) is None
     assert not garbage.exists()  # the next build compiles it again
     assert imports(result["so_path"], result["name"]) == []
-
-
-def _entry_digest() -> str:
-    import hashlib
-
-    inputs = [build.TEMPLATES / "binding_module.cpp", build.TEMPLATES / "binding_registry.h"]
-    return hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in inputs)).hexdigest()[:16]
 
 
 def _hard_link_or_copy(source: Path, target: Path) -> None:

@@ -175,6 +175,9 @@ def precompiled_header(cflags: list[str], device: str, notes: list[str]) -> Path
         return None
 
 
+ENTRY_INPUTS = (TEMPLATES / "binding_module.cpp", TEMPLATES / "binding_registry.h")  # the entry, what it includes
+
+
 def module_object(header: Path, cflags: list[str], device: str, notes: list[str]) -> Path | None:
     """binding_module.cpp compiled once beside the PCH (pch.ensure_object), or None: then every build
     compiles binding.cpp. Only with pybind11 3 or later, whose modules take their name from the import;
@@ -189,9 +192,8 @@ def module_object(header: Path, cflags: list[str], device: str, notes: list[str]
     if major is None or int(major.group(1)) < 3:
         return None
     compiler, flags, includes, _ = pch_request(cflags, device)
-    source = TEMPLATES / "binding_module.cpp"
-    return pch.ensure_object(header, compiler, flags, includes, source, [source, TEMPLATES / "binding_registry.h"],
-                             [str(TEMPLATES)], notes)
+    source, inputs = ENTRY_INPUTS[0], list(ENTRY_INPUTS)
+    return pch.ensure_object(header, compiler, flags, includes, source, inputs, [str(TEMPLATES)], notes)
 
 
 def pch_request(cflags: list[str], device: str):

@@ -212,8 +212,7 @@ def ensure_object(header: Path, compiler: str, cflags: list[str], include_dirs: 
     """`source` compiled once with this PCH into its folder, named by a hash of `inputs` (the source and
     the headers it includes), for every build with these flags to link; None when it cannot be had (a
     note says why). Call it while holding in_use(header): prune() then leaves the folder alone."""
-    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in inputs)).hexdigest()[:16]
-    obj = header.parent / f"{source.stem}-{digest}.o"
+    obj = object_path(header, source, inputs)
     failed = obj.with_name(obj.name + ".failed")
     if obj.is_file():
         return obj
@@ -229,6 +228,12 @@ def ensure_object(header: Path, compiler: str, cflags: list[str], include_dirs: 
                                                         quote_dirs, obj, limit, notes)
     finally:
         os.close(fd)
+
+
+def object_path(header: Path, source: Path, inputs: list[Path]) -> Path:
+    """Where ensure_object keeps `source`'s object: beside the PCH, named by a hash of `inputs`."""
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in inputs)).hexdigest()[:16]
+    return header.parent / f"{source.stem}-{digest}.o"
 
 
 def _compile_object(compiler, cflags, include_dirs, header, source, quote_dirs, obj: Path, limit, notes) -> Path | None:
