@@ -255,8 +255,10 @@ def op_watch_identity() -> str:
     digest = hashlib.sha256((NATIVE_DIR / "op_watch.cpp").read_bytes())
     # and its folder: the extension's name comes from the path, so two checkouts sharing one cache
     # must not share a build whose stamp names the other's extension (a jailed profile cannot rebuild it)
+    # and $CXX, which the stamp's key holds: processes built with two compilers sharing one folder rewrote
+    # each other's build, and a jailed profile that found the other's stamp could neither use nor rebuild it
     digest.update(json.dumps([_torch_version(), sys.version, platform.node(), platform.machine(),
-                              str(NATIVE_DIR.resolve())]).encode())
+                              str(NATIVE_DIR.resolve()), os.environ.get("CXX", "")]).encode())
     return digest.hexdigest()[:20]
 
 
@@ -265,5 +267,9 @@ def op_watch_folder() -> Path:
 
 
 def op_watch_built() -> bool:
-    stamp = read_json(op_watch_folder() / "build" / "kernelsmith-stamp.json")
-    return Path(stamp.get("so_path", "")).is_file()
+    """Whether this process would find the op watch's build a cache hit (a stamp of another build is not)."""
+    return op_watch_cached() is not None
+
+
+def op_watch_cached() -> BuildResult | None:
+    return cached_result(NATIVE_DIR, "cpu", build_dir=op_watch_folder() / "build")

@@ -189,6 +189,7 @@ def _first_failure(trials: list[dict], wanted: int) -> str:
 
 def prepare_watch() -> None:
     """The native op watch is built once, by a trusted worker, before any profile needs it."""
+    toolchain.choose_compiler([])  # the watch's folder and stamp hold $CXX as the workers will have it
     if not build.op_watch_built():
         try:
             runner.run_job({"kind": "prepare"}, 1800.0)

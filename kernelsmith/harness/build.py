@@ -60,9 +60,16 @@ def _build(kernels_dir: Path, device: str, fast_math: bool, build_dir, start: fl
     stamp_path = out_dir / "kernelsmith-stamp.json"
     key = fingerprint(sources, flags, arch, name)
     so_path, pch_flags = _run_cpp_extension(name, sources, flags, arch, device, out_dir, notes)
-    stamp_path.write_text(json.dumps({"key": key, "so_path": so_path, "pch_flags": pch_flags}))
+    _write_stamp(stamp_path, {"key": key, "so_path": so_path, "pch_flags": pch_flags})
     return BuildResult(ok=True, cached=False, seconds=time.perf_counter() - start,
                        so_path=so_path, name=name, arch=arch, flags=_flat(flags) + pch_flags, notes=notes)
+
+
+def _write_stamp(path: Path, stamp: dict) -> None:
+    """Whole or not at all: a process reading it mid-write saw no build and built again (or, jailed, failed)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(stamp))
+    os.replace(tmp, path)
 
 
 def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path, notes: list[str]) -> tuple[str, list[str]]:

@@ -102,7 +102,7 @@ def main() -> int:
     try:
         if failed:
             raise failed[0]
-        if job["kind"] in ("candidate", "profile"):  # a candidate's own load_inline builds with $CXX too
+        if job["kind"] in ("candidate", "profile", "prepare"):  # load_inline and the op watch build with $CXX
             from kernelsmith.evaluation import toolchain
 
             toolchain.choose_compiler([])
