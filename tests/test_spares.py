@@ -34,6 +34,28 @@ def test_the_next_verify_takes_the_spare_and_runs_the_files_edited_since(workdir
     assert not second.correct and "wrong output" in second.error, second.error
 
 
+def test_the_spare_brings_its_judge_started_with_it_and_a_judge_for_other_trials_is_dropped(workdir, run_eval):
+    """The judge's torch import held up the candidate's first output by 3-5 s on the H200: a spare candidate
+    is stocked with its judge beside it, sharing the handoff made at spawn."""
+    assert run_eval(workdir / "model_new.py", spare_workers=True).clean
+    job = candidate_job(run_eval.reference, workdir / "model_new.py", EvalOptions(device="cpu"))
+    spare = runner.SPARES._spare[runner.SPARES.signature(job, EvalOptions().timeout_s)]
+    judge = spare.partner
+    assert judge is not None and judge.proc.poll() is None and judge.job["kind"] == "judge"
+    candidate = workdir / "model_new.py"
+    candidate.write_text(candidate.read_text() + "\n# an edit: a verdict of these files is not reused\n")
+    second = run_eval(candidate, spare_workers=True)
+    assert second.clean, second.error
+    assert judge.proc.wait() == 0  # it judged this verify and exited, as a judge started for it would
+    assert second.seconds["verify.judge.waited"] > 0  # it sat ready before its job came
+
+    again = runner.SPARES._spare[runner.SPARES.signature(job, EvalOptions().timeout_s)].partner
+    candidate.write_text(candidate.read_text() + "# another\n")
+    third = run_eval(candidate, spare_workers=True, trials=2)  # 2 trials: not what it was told
+    assert third.clean, third.error
+    assert again.proc.wait() != 0  # killed unused; a judge started for 2 trials judged instead
+
+
 def test_a_verify_leaves_profile_workers_that_the_next_profile_takes(workdir, run_eval):
     verify = run_eval(workdir / "model_new.py", spare_workers=True)
     assert verify.clean

@@ -37,8 +37,10 @@ def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
     with _profile_worker(reference, candidate, opts) as profiling:  # importing torch while verify runs
         if verified(reference, candidate, opts, result) and profiling:
             _profile_with(reference, opts, result, *profiling)
-    if opts.spare_workers:  # the next verify of these files finds its candidate worker started
-        runner.SPARES.stock(candidate_job(reference, candidate, opts), opts.timeout_s)
+    if opts.spare_workers:  # the next verify of these files finds its candidate worker and its judge started
+        trials = len(_trial_seeds(opts)["seeds"])
+        runner.SPARES.stock(candidate_job(reference, candidate, opts), opts.timeout_s,
+                            partner=lambda worker: judge_job(worker, trials))
     return finish(result, opts)
 
 
@@ -115,25 +117,39 @@ def candidate_job(reference: Path, candidate: Path, opts: EvalOptions) -> dict:
             "precision": opts.precision, "cwd": str(candidate.parent)}
 
 
+def judge_job(worker: runner.Prestarted, trials: int) -> dict:
+    """The trusted judge of this candidate worker's outputs: its folder, its end of the handoff, and how many
+    trials it may keep buffers for. The seeds come with the rest of its job, after the candidate's."""
+    fields = {k: worker.job[k] for k in ("reference", "candidate", "device", "precision", "cwd")}
+    return {**fields, "kind": "judge", "trials": trials, "out_dir": worker.job["out_dir"], **worker.judge_channel()}
+
+
+def _trial_seeds(opts: EvalOptions) -> dict:
+    from kernelsmith.evaluation.seeds import trial_seeds
+
+    return {"seeds": trial_seeds(opts.trials, opts.seed)}
+
+
 def _candidate_then_judge(job: dict, seeds: dict, opts: EvalOptions) -> tuple[dict, dict, dict]:
     """The candidate's trials, then the trusted judge's verdict on the outputs it left in its folder, and
-    each job's wall seconds."""
+    each job's wall seconds. A spare candidate brings its judge, started with it; either way the judge
+    imports torch while the candidate runs, and loads no candidate code."""
+    trials = len(seeds["seeds"])
     with runner.SPARES.take(job, opts.timeout_s) or runner.Prestarted(job, opts.timeout_s) as worker:
-        # the judge imports torch while the candidate runs; it loads no candidate code either way
-        judge_job = {**job, **seeds, "kind": "judge", "out_dir": worker.job["out_dir"], **worker.judge_channel()}
-        with runner.Prestarted(judge_job, opts.timeout_s) as judge:
+        # (a partner started for another trial count is dropped; its handoff went with it, so the judge
+        # started instead takes the outputs by file)
+        paired = worker.take_partner(lambda started: started.get("trials") == trials)
+        with paired or runner.Prestarted(judge_job(worker, trials), opts.timeout_s) as judge:
             start = time.perf_counter()
             facts = worker.run(seeds)
             middle = time.perf_counter()
-            judged = judge.run({"facts": facts})
+            judged = judge.run({"facts": facts, **seeds})
             return facts, judged, {"candidate": round(middle - start, 3), "judge": runner.elapsed(middle)}
 
 
 def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> bool:
-    from kernelsmith.evaluation.seeds import trial_seeds
-
     start = time.perf_counter()
-    seeds = {"seeds": trial_seeds(opts.trials, opts.seed)}
+    seeds = _trial_seeds(opts)
     try:
         facts, judged, walls = _candidate_then_judge(candidate_job(reference, candidate, opts), seeds, opts)
     except runner.JobFailed as err:

@@ -200,6 +200,7 @@ class Prestarted:
     def __init__(self, job: dict, timeout: float, clock: "ParentClock | None" = None):
         _become_subreaper()
         self.timeout, self.clock, self.proc, self._serving, self.handoff = timeout, clock, None, None, None
+        self.partner: "Prestarted | None" = None  # a spare's judge, started with it (Spares.stock)
         self._tmp = tempfile.TemporaryDirectory(prefix="ks-job-", dir=scratch_root())
         os.chmod(self._tmp.name, 0o700)
         self.job = {**job, "result_path": str(Path(self._tmp.name) / "answer.json")}
@@ -232,6 +233,15 @@ class Prestarted:
         fd, self.handoff = self.handoff, None  # the judge's Prestarted closes it once the judge has it
         return {"handoff_fd": fd, "pass_fds": (fd,)}
 
+    def take_partner(self, fits) -> "Prestarted | None":
+        """The partner started with this spare, if it is alive and fits(its job); else None (and it is gone)."""
+        partner, self.partner = self.partner, None
+        if partner is not None and partner.proc.poll() is None and fits(partner.job):
+            return partner
+        if partner is not None:
+            partner.__exit__(None, None, None)
+        return None
+
     def run(self, rest: dict) -> dict:
         """Send the rest of the job, once this GPU runs no other job; the worker's value, or JobFailed."""
         job = {**self.job, **rest}
@@ -243,6 +253,9 @@ class Prestarted:
         self._close()
 
     def _close(self) -> None:
+        if self.partner is not None:
+            self.partner.__exit__(None, None, None)
+            self.partner = None
         if self.proc is not None:
             if self.proc.returncode is None:  # never sent its job, or interrupted
                 _reap(self.proc, self.job["job_id"])
@@ -386,14 +399,22 @@ class Spares:
             worker.__exit__(None, None, None)
         return None
 
-    def stock(self, job: dict, timeout: float, clock: "ParentClock | None" = None) -> None:
+    def stock(self, job: dict, timeout: float, clock: "ParentClock | None" = None, partner=None) -> None:
         """Start a spare for a job like this one (a profile worker with the clock that will time it),
-        unless a live one of the same signature is waiting already (one that died is replaced)."""
+        unless a live one of the same signature is waiting already (one that died is replaced). With
+        `partner` (the spare -> a job), a second worker is started beside it: a candidate's judge, which
+        then imports torch before the candidate's first output asks it for a buffer."""
         with self._lock:
             waiting = self._spare.get(self.signature(job, timeout))
         if waiting is not None and waiting.proc.poll() is None:
             return
         worker = Prestarted(job, timeout, clock).__enter__()
+        if partner is not None:
+            try:
+                worker.partner = Prestarted(partner(worker), timeout).__enter__()
+            except BaseException:
+                worker.__exit__(None, None, None)
+                raise
         with self._lock:
             retired = [self._spare.pop(self.signature(job, timeout), None)]
             self._spare[self.signature(job, timeout)] = worker
@@ -497,7 +518,7 @@ def _worker_env(job: dict) -> dict:
     merged["KERNELSMITH_JOB_ID"] = job["job_id"]
     merged["PYTHONDONTWRITEBYTECODE"] = "1"  # no worker leaves bytecode another could be made to believe
     if job.get("handoff_fd") is not None:
-        trials = f",{len(job['seeds'])}" if isinstance(job.get("seeds"), list) else ""  # the judge's job has them
+        trials = f",{job['trials']}" if isinstance(job.get("trials"), int) else ""  # the judge's job has them
         merged["KERNELSMITH_HANDOFF"] = f"{job.get('device', 'cpu')},{job['handoff_fd']}{trials}"
     if job.get("threads"):  # eager's intra-op threads and the candidate's OpenMP threads: the same count
         merged["OMP_NUM_THREADS"] = str(job["threads"])
