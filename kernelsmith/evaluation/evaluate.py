@@ -37,11 +37,15 @@ def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
     with _profile_worker(reference, candidate, opts) as profiling:  # importing torch while verify runs
         if verified(reference, candidate, opts, result) and profiling:
             _profile_with(reference, opts, result, *profiling)
-    if opts.spare_workers:  # the next verify of these files finds its candidate worker and its judge started
-        trials = len(_trial_seeds(opts)["seeds"])
-        runner.SPARES.stock(candidate_job(reference, candidate, opts), opts.timeout_s,
-                            partner=lambda worker: judge_job(worker, trials))
+    if opts.spare_workers:  # stocked by the verify already, unless it did not run (a recalled verdict)
+        stock_candidate(candidate_job(reference, candidate, opts), opts)
     return finish(result, opts)
+
+
+def stock_candidate(job: dict, opts: EvalOptions) -> None:
+    """The next verify of these files finds its candidate worker, and its judge beside it, started."""
+    trials = len(_trial_seeds(opts)["seeds"])
+    runner.SPARES.stock(job, opts.timeout_s, partner=lambda worker: judge_job(worker, trials))
 
 
 def _stock_profile_spares(reference: Path, candidate: Path, opts: EvalOptions) -> None:
@@ -139,6 +143,8 @@ def _candidate_then_judge(job: dict, seeds: dict, opts: EvalOptions) -> tuple[di
         # (a partner started for another trial count is dropped; its handoff went with it, so the judge
         # started instead takes the outputs by file)
         paired = worker.take_partner(lambda started: started.get("trials") == trials)
+        if opts.spare_workers:  # now, not after: the pair imports torch (8-10 s jailed on the H200) while this
+            stock_candidate(job, opts)  # verify and the profile after it run, instead of on the next verify's path
         with paired or runner.Prestarted(judge_job(worker, trials), opts.timeout_s) as judge:
             start = time.perf_counter()
             facts = worker.run(seeds)
