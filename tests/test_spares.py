@@ -62,13 +62,15 @@ def test_a_verify_leaves_profile_workers_that_the_next_profile_takes(workdir, ru
     spares = {json.loads(sig)[0][0]: worker for sig, worker in runner.SPARES._spare.items()}
     assert sorted(spares) == ["candidate", "checksums", "profile"]
     assert spares["profile"].clock is not None  # the parent's clock that will time it, made with it
-    profiled = run_eval(workdir / "model_new.py", profile=True, min_runs=10)
+    profiled = run_eval(workdir / "model_new.py", profile=True, min_runs=10, spare_workers=True)
     assert profiled.clean and profiled.timings_ms["candidate"] > 0, profiled.error
     # each ran this profile's job and exited (a spare retired unused is killed: a signal, not 0)
     assert spares["profile"].proc.wait() == 0 and spares["checksums"].proc.wait() == 0
     assert profiled.seconds["checked_runs"] > 0  # the checksums spare judged the timed outputs
-    # a profile leaves no profile spare behind (the next step is an edit and a verify)
-    assert "profile" not in {json.loads(sig)[0][0] for sig in runner.SPARES._spare}
+    # a profile leaves the next profile's workers behind, started after its timed runs (never during them)
+    after = {json.loads(sig)[0][0]: worker for sig, worker in runner.SPARES._spare.items()}
+    assert {"profile", "checksums"} <= set(after) and after["profile"] is not spares["profile"]
+    assert after["profile"].proc.poll() is None
 
 
 def test_a_spare_serves_only_the_job_and_gpu_it_was_started_for(workdir, task_dir):

@@ -37,6 +37,8 @@ def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
     with _profile_worker(reference, candidate, opts) as profiling:  # importing torch while verify runs
         if verified(reference, candidate, opts, result) and profiling:
             _profile_with(reference, opts, result, *profiling)
+    if opts.spare_workers and opts.profile:  # the next profile's pair imports (7-10 s jailed on the H200) while
+        _stock_profile_spares(reference, candidate, opts)  # the edit, build and a 2 s verify run: not after them
     if opts.spare_workers:  # stocked by the verify already, unless it did not run (a recalled verdict)
         stock_candidate(candidate_job(reference, candidate, opts), opts)
     return finish(result, opts)
