@@ -111,3 +111,29 @@ def test_a_verify_starts_the_profile_spares_before_it_runs_and_keeps_a_live_one(
     run_eval(workdir / "model_new.py", spare_workers=True)
     again = {json.loads(sig)[0][0]: worker for sig, worker in runner.SPARES._spare.items()}
     assert again["profile"] is spares["profile"] and spares["profile"].proc.poll() is None  # kept, not restarted
+
+
+def test_a_sessions_warm_up_starts_its_first_builds_worker_which_that_build_takes(tmp_path, monkeypatch):
+    """The first compile of a session started its build worker cold (3.5 s of a 16.9 s compile on the H200):
+    the warm-up stocks one for the workdir's kernels/, and the build runs in it."""
+    from kernelsmith.evaluation import evaluate
+    from kernelsmith.sandbox.local import LocalSandbox
+
+    monkeypatch.setenv("KERNELSMITH_BUILD_DIR", str(tmp_path / "builds"))
+    monkeypatch.setattr(evaluate, "warm_workdir", lambda workdir, opts: {"ok": True})  # baselines: elsewhere
+    kernels = tmp_path / "wd" / "kernels"
+    kernels.mkdir(parents=True)
+    try:
+        with LocalSandbox("cpu") as sandbox:
+            assert sandbox.warm_baselines(tmp_path / "wd", EvalOptions(device="cpu", spare_workers=True)).result(60)
+            job = evaluate.build_job(kernels, "cpu", False)
+            spare = runner.SPARES._spare[runner.SPARES.signature(job, evaluate.BUILD_TIMEOUT_S)]
+            assert spare.proc.poll() is None
+            built = sandbox.build(kernels, "cpu")  # nothing in kernels/ yet: the worker's own answer
+        assert "no kernel sources" in built["summary"]
+        assert runner.SPARES.count() == 0 and spare.proc.poll() is not None  # taken for this job, and gone
+
+        evaluate.stock_build(tmp_path / "absent" / "kernels", "cpu")  # its jail could not bind the folder
+        assert runner.SPARES.count() == 0
+    finally:
+        runner.SPARES.close()

@@ -140,6 +140,9 @@ class LocalSandbox(Submitting):
         return self._on_slot(lambda: evaluate.evaluate(Path(reference), Path(candidate), opts), opts)
 
     def _warm(self, workdir: Path, opts: EvalOptions) -> dict:
+        if opts.spare_workers:  # from a build thread: a jailed worker dies with the thread that started it
+            self._executors["build"].submit(evaluate.stock_build, Path(workdir) / "kernels", opts.device,
+                                            opts.fast_math).result()  # (bwrap --die-with-parent), and this one ends
         with self._slot():  # like any evaluation: no candidate shares the GPU with it
             return evaluate.warm_workdir(workdir, opts)
 
