@@ -1,13 +1,16 @@
-"""Cold builds of one kernels/ folder: the module's entry compiled once beside the PCH, against
-binding.cpp compiled into every extension (KERNELSMITH_SHARED_ENTRY=0), alternating, side by side.
+"""Cold builds of one kernels/ folder, alternating, side by side: the PCH with torch's CUDA headers
+(ATen/cuda/CUDAContext.h, c10/cuda/CUDAGuard.h) against the PCH of <torch/extension.h> alone
+(KERNELSMITH_PCH_CUDA=0), and the module's entry compiled once beside the PCH against binding.cpp
+compiled into every extension (KERNELSMITH_SHARED_ENTRY=0). On the CPU the first two are the same.
 
     python bench/cold_build.py KERNELS_DIR [--device cpu|cuda] [--runs 3] [--out DIR]
 
 Each run copies KERNELS_DIR into a fresh folder (so its extension has a new name and no build
 folder: nothing to reuse but the machine-wide PCH and entry) and times the build worker's own
 call, `kernelsmith.harness.build.build`, in a fresh process (without the jail, which adds the same
-to both). The wall time is from outside; the CPU time is the worker's children (the compilers).
-The PCH and the shared entry are made first, untimed.
+to both). The wall time is from outside; the CPU time is the worker's children (the compilers);
+"slowest" names the longest compiles in ninja's log. Each side's PCH and shared entry are made
+first, untimed.
 """
 
 from __future__ import annotations
@@ -24,14 +27,16 @@ import tempfile
 import time
 from pathlib import Path
 
-SIDES = {"shared entry": "1", "binding.cpp each build": "0"}
+SIDES = {"PCH with CUDA headers, shared entry": {},
+         "PCH of torch/extension.h, shared entry": {"KERNELSMITH_PCH_CUDA": "0"},
+         "PCH with CUDA headers, binding.cpp each build": {"KERNELSMITH_SHARED_ENTRY": "0"}}
 
 
-def one_build(kernels: Path, device: str, shared: str) -> dict:
+def one_build(kernels: Path, device: str, side: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "kernels"
         shutil.copytree(kernels, copy)
-        env = {**os.environ, "KERNELSMITH_SHARED_ENTRY": shared, "KERNELSMITH_BUILD_DIR": str(Path(tmp) / "build")}
+        env = {**os.environ, **side, "KERNELSMITH_BUILD_DIR": str(Path(tmp) / "build")}
         code = ("import json, sys; from kernelsmith.harness import build; "
                 "r = build.build(sys.argv[1], sys.argv[2]); print(json.dumps({'ok': r.ok, 'summary': r.summary[:300], "
                 "'notes': r.notes, 'seconds': r.seconds}))")
@@ -41,10 +46,21 @@ def one_build(kernels: Path, device: str, shared: str) -> dict:
                               env=env, timeout=1800)
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        slowest = slowest_edges(Path(tmp) / "build")
     row = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"ok": False,
                                                                                        "summary": proc.stderr[-300:]}
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {**row, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
+    return {**row, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "slowest": slowest}
+
+
+def slowest_edges(build_root: Path, keep: int = 4) -> dict:
+    """{output: seconds} of the longest steps in ninja's log (tab-separated: start ms, end ms, mtime, output)."""
+    edges = {}
+    for log in build_root.rglob(".ninja_log"):
+        for line in log.read_text().splitlines()[1:]:
+            start, end, _, output, *_ = line.split("\t")
+            edges[Path(output).name] = (int(end) - int(start)) / 1000
+    return dict(sorted(edges.items(), key=lambda e: -e[1])[:keep])
 
 
 def table(rows: list[dict]) -> str:
@@ -64,12 +80,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    warm = one_build(args.kernels, args.device, "1")  # makes the PCH and the entry: machine-wide, once
-    print(f"untimed first build (PCH and entry made if missing): {warm['wall_s']} s, ok={warm['ok']}", flush=True)
+    for name, side in SIDES.items():  # each side's PCH and entry: machine-wide, once
+        warm = one_build(args.kernels, args.device, side)
+        print(f"untimed first build, {name} (PCH and entry made if missing): {warm['wall_s']} s, ok={warm['ok']}",
+              flush=True)
     rows = []
     for run in range(args.runs):
-        for side, shared in SIDES.items():
-            rows.append({"side": side, "run": run, **one_build(args.kernels, args.device, shared)})
+        for name, side in SIDES.items():
+            rows.append({"side": name, "run": run, **one_build(args.kernels, args.device, side)})
             print(json.dumps(rows[-1]), flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

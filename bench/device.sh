@@ -33,10 +33,17 @@ case "$STEP" in
   session)    # one scripted optimize session: wall time per turn in compile, verify, profile
     timeout 560 python3 bench/agent_session.py $SIGMOID --script bench/sessions/level1_21_Sigmoid/script.json \
       --out "$OUT" 2>&1 | tail -30 ;;
-  pool)       # jobs per hour, overhead against a bare eval, a worker killed mid-job (about 6 min;
-              # on 21_Sigmoid the 15 evaluations outran 420 s, so a small example task)
-    timeout 560 python3 bench/pool.py --reference examples/rms_norm_rows/model.py \
-      --candidate examples/rms_norm_rows/cuda/model_new.py --jobs 6 --gpus "${GPUS:-0}" --out "$OUT" 2>&1 | tail -20 ;;
+  pool)       # issue 17: evaluations (verify plus profile) per GPU-hour, 1-3 lanes (sessions) sharing the GPU,
+              # each evaluation after an edit (no verdict recalled), spares on; then a cold build of the same
+              # kernels with the PCH of torch's CUDA headers against the PCH of torch/extension.h alone
+    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    K=.dev/kernelbench; C=bench/candidates/level2_45_Gemm_Sigmoid_LogSumExp
+    cp $K/level2/45_Gemm_Sigmoid_LogSumExp.py $C/model.py
+    timeout ${COLD_LIMIT:-170} python3 bench/cold_build.py $C/kernels --device cuda --runs 1 --out "$OUT" 2>&1 \
+      | grep -v Warn | tee "$OUT/cold_build.log" | tail -6
+    timeout ${LIMIT:-400} python3 bench/pool.py --reference $C/model.py --candidate $C/model_new.py \
+      --jobs ${JOBS:-4} --evals-per-gpu ${LANES:-1,2,3} --gpus "${GPUS:-0}" --no-kill --out "$OUT" 2>&1 \
+      | grep -v Warn | tee "$OUT/pool.log" | tail -8 ;;
   builtin-gpu-tests)  # the CUDA generator's kernels built and compared with torch, every variant
     timeout 560 python3 -m pytest tests/gpu/test_builtin_cuda_gpu.py -q -rA -p no:cacheprovider 2>&1 \
       | tee "$OUT/builtin_gpu_tests.log" | tail -25 ;;

@@ -1,14 +1,16 @@
-"""Throughput and overhead of the local sandbox pool, and what a killed worker does to it.
+"""Throughput of the local sandbox pool on one task, as sessions drive it, and what a killed worker does.
 
-    python bench/pool.py --reference REF.py --candidate DIR/model_new.py [--jobs 8] [--gpus 0,1]
-        [--evals-per-gpu 1,2] [--no-kill] [--out DIR]
+    python bench/pool.py --reference REF.py --candidate DIR/model_new.py [--jobs 6] [--gpus 0,1]
+        [--evals-per-gpu 1,2,3] [--no-kill] [--out DIR]
 
-1. Bare: `evaluate()` called directly, one job after another (no pool).
-2. Pool: the same jobs submitted at once to LocalSandbox with the given GPUs, once per
-   --evals-per-gpu value (K evaluations share a GPU, their jobs one at a time: runner.compute_lock);
-   jobs per hour, the per-job overhead against the bare median, and the candidate's median time
-   and spread, which sharing must leave as they were.
-3. Kill: while the pool runs, one harness worker process is SIGKILLed mid-job; the pool must
+1. Lanes: K lanes share one GPU (K evaluation slots; GPU jobs one at a time: runner.compute_lock).
+   A lane is a session: its own copy of the candidate folder (model_new.py and kernels/, built
+   and evaluated once untimed), then --jobs evaluations one after another, each after an edit
+   (a comment appended to model_new.py), so that every evaluation verifies and profiles: no
+   verdict of identical files is recalled. Spare workers are on, as in a session on a GPU. Per K:
+   evaluations (verify plus profile) per GPU-hour, seconds per evaluation, and the candidate's
+   median time and spread, which sharing must leave as they were. K=1 is one session alone.
+2. Kill: while the pool runs, one harness worker process is SIGKILLed mid-job; the pool must
    finish every other job, and the killed job must come back failed with a reason.
 Prints markdown tables and writes pool.json under --out.
 """
@@ -18,43 +20,76 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 from kernelsmith.evaluation.options import EvalOptions
 
-from kernelsmith.evaluation.evaluate import evaluate
 from kernelsmith.sandbox.local import LocalSandbox
 
 
-def bare(reference: Path, candidate: Path, opts: EvalOptions, jobs: int) -> list[float]:
-    times = []
-    for _ in range(jobs):
-        start = time.perf_counter()
-        result = evaluate(reference, candidate, opts)
-        times.append(time.perf_counter() - start)
-        assert result.clean, result.error
-    return times
+def lane_copies(candidate: Path, lanes: int, root: Path) -> list[Path]:
+    """One folder per lane, as each session has its workdir: the candidate and its kernels/."""
+    copies = []
+    for lane in range(lanes):
+        folder = root / f"lane{lane}"
+        shutil.copytree(candidate.parent, folder, ignore=shutil.ignore_patterns("build", "__pycache__", ".kernelsmith"))
+        copies.append(folder / candidate.name)
+    return copies
 
 
-def pooled(reference: Path, candidate: Path, opts: EvalOptions, jobs: int, gpus: list[int],
-           kill_one: bool = False, evals_per_gpu: int = 1) -> dict:
+def edit(candidate: Path, n: int) -> None:
+    """An edit whose verify no earlier verdict covers: an agent's one-line change, minus the change."""
+    with open(candidate, "a") as f:
+        f.write(f"# edit {n}\n")
+
+
+def lanes_run(reference: Path, candidate: Path, opts: EvalOptions, jobs: int, evals_per_gpu: int,
+              gpus: list[int], root: Path) -> dict:
+    """evals_per_gpu lanes on the first GPU, each `jobs` edits and evaluations in a row."""
+    copies = lane_copies(candidate, evals_per_gpu * len(gpus), root / f"k{evals_per_gpu}")
     with LocalSandbox(opts.device, gpus=gpus, evals_per_gpu=evals_per_gpu) as pool:
+        for copy in copies:  # untimed: its build, baselines and first spares, as in a session under way
+            first = pool.submit_evaluate(reference=reference, candidate=copy, opts=opts).result()
+            assert first.clean, first.error
+        results: list = []
         start = time.perf_counter()
-        futures = [pool.submit_evaluate(reference=reference, candidate=candidate, opts=opts) for _ in range(jobs)]
-        killed = _kill_a_worker_soon() if kill_one else None
-        results = [f.result() for f in futures]
+        threads = [threading.Thread(target=_lane, args=(pool, reference, copy, opts, jobs, results)) for copy in copies]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
         wall = time.perf_counter() - start
         stats = pool.stats()
-    failed = [r.error[:200] for r in results if not r.clean]
+    return {"lanes": len(copies), "evals_per_gpu": evals_per_gpu, "gpus": gpus, "jobs": len(results),
+            "wall_s": wall, "evals_per_gpu_hour": len(results) / wall * 3600 / len(gpus),
+            "s_per_eval": wall * len(gpus) / len(results), "failed": [r.error[:200] for r in results if not r.clean],
+            "verified": sum("verify.candidate" in r.seconds for r in results), **_medians(results), "stats": stats}
+
+
+def _lane(pool, reference: Path, candidate: Path, opts: EvalOptions, jobs: int, results: list) -> None:
+    for n in range(jobs):
+        edit(candidate, n)
+        results.append(pool.submit_evaluate(reference=reference, candidate=candidate, opts=opts).result())
+
+
+def _medians(results: list) -> dict:
     medians = [r.timings_ms["candidate"] for r in results if r.timings_ms.get("candidate")]
-    return {"jobs": jobs, "gpus": gpus, "evals_per_gpu": evals_per_gpu, "wall_s": wall,
-            "jobs_per_hour": jobs / wall * 3600, "candidate_ms": medians,
-            "contended": sum(bool(r.contended) for r in results),
-            "failed": failed, "killed_pid": killed.get("pid") if killed else None, "stats": stats}
+    return {"candidate_ms": medians, "contended": sum(bool(r.contended) for r in results)}
+
+
+def killed_run(reference: Path, candidate: Path, opts: EvalOptions, jobs: int, gpus: list[int]) -> dict:
+    """The same files `jobs` times at once, one worker SIGKILLed a few seconds in."""
+    with LocalSandbox(opts.device, gpus=gpus[:1]) as pool:
+        futures = [pool.submit_evaluate(reference=reference, candidate=candidate, opts=opts) for _ in range(jobs)]
+        killed = _kill_a_worker_soon()
+        results = [f.result() for f in futures]
+    return {"jobs": jobs, "failed": [r.error[:200] for r in results if not r.clean], "killed_pid": killed.get("pid")}
 
 
 def _worker_pids() -> list[int]:
@@ -91,37 +126,39 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reference", type=Path, required=True)
     parser.add_argument("--candidate", type=Path, required=True)
-    parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=6, help="evaluations per lane")
     parser.add_argument("--gpus", default="0")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--evals-per-gpu", default="1", help="comma-separated: one pooled run per value")
+    parser.add_argument("--evals-per-gpu", default="1,2", help="comma-separated: one run per value")
     parser.add_argument("--no-kill", action="store_true", help="skip the killed-worker run")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
     gpus = [int(g) for g in args.gpus.split(",") if g]
-    opts = EvalOptions(device=args.device, compile_baseline=False)
-    base = bare(args.reference, args.candidate, opts, max(3, args.jobs // 2))
-    shares = [int(k) for k in args.evals_per_gpu.split(",") if k]
-    runs = {f"1 GPU, {k} per GPU": pooled(args.reference, args.candidate, opts, args.jobs, gpus[:1], evals_per_gpu=k)
-            for k in shares}
-    if len(gpus) > 1:
-        runs[f"{len(gpus)} GPUs"] = pooled(args.reference, args.candidate, opts, args.jobs, gpus)
-    killed = None if args.no_kill else pooled(args.reference, args.candidate, opts, args.jobs, gpus[:1], kill_one=True)
-    median = statistics.median(base)
-    report = {"bare_s": base, "bare_median_s": median, "pools": runs, "kill": killed}
-    print(f"| setting | jobs | wall s | jobs/hour | per-job overhead vs bare median ({median:.1f} s) | "
-          "candidate ms (median of medians, min-max) | contended |")
-    print("|---|---|---|---|---|---|---|")
-    for name, run in runs.items():
-        per_job = run["wall_s"] / run["jobs"] * len(run["gpus"])
-        times = run["candidate_ms"] or [0.0]
-        print(f"| {name} | {run['jobs']} | {run['wall_s']:.1f} | {run['jobs_per_hour']:.0f} | {per_job - median:+.2f} s | "
-              f"{statistics.median(times):.4f} ({min(times):.4f}-{max(times):.4f}) | {run['contended']} |")
+    opts = EvalOptions(device=args.device, spare_workers=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {f"{k} per GPU": lanes_run(args.reference, args.candidate, opts, args.jobs, k, gpus[:1], Path(tmp))
+                for k in (int(k) for k in args.evals_per_gpu.split(",") if k)}
+        if len(gpus) > 1:
+            runs[f"{len(gpus)} GPUs, 1 per GPU"] = lanes_run(args.reference, args.candidate, opts, args.jobs, 1, gpus,
+                                                             Path(tmp))
+    killed = None if args.no_kill else killed_run(args.reference, args.candidate, opts, args.jobs, gpus)
+    print(table(runs))
     if killed:
         print(f"\nkilled worker pid {killed['killed_pid']}: {len(killed['failed'])} of {killed['jobs']} jobs failed: "
               f"{killed['failed']}")
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "pool.json").write_text(json.dumps(report, indent=1, default=str))
+    (args.out / "pool.json").write_text(json.dumps({"pools": runs, "kill": killed}, indent=1, default=str))
+
+
+def table(runs: dict) -> str:
+    lines = ["| lanes | evaluations | verified | wall s | evaluations per GPU-hour | s per evaluation | "
+             "candidate ms (median, min-max) | contended | failed |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, run in runs.items():
+        times = run["candidate_ms"] or [0.0]
+        lines.append(f"| {name} | {run['jobs']} | {run['verified']} | {run['wall_s']:.1f} | "
+                     f"{run['evals_per_gpu_hour']:.0f} | {run['s_per_eval']:.2f} | {statistics.median(times):.4f} "
+                     f"({min(times):.4f}-{max(times):.4f}) | {run['contended']} | {len(run['failed'])} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

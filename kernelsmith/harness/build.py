@@ -176,7 +176,8 @@ def precompiled_header(cflags: list[str], device: str, notes: list[str]) -> Path
         if request is None:
             return None
         compiler, flags, includes, identity = request
-        return pch.ensure_pch(compiler, flags, includes, extra_identity=identity, notes=notes)
+        return pch.ensure_pch(compiler, flags, includes, extra_identity=identity,
+                              header_text=pch.header_text(device), notes=notes)
     except Exception as err:  # noqa: BLE001  (a PCH problem must never fail a build)
         notes.append(f"precompiled header skipped ({type(err).__name__}: {err})")
         return None

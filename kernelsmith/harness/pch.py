@@ -41,6 +41,16 @@ from typing import Iterator
 
 HEADER_NAME = "ks_torch.h"
 HEADER_TEXT = "// kernelsmith's precompiled header (see docs/build-speed.md)\n#include <torch/extension.h>\n"
+# A CUDA binding also includes torch's CUDA context and guard, which pull in the cuBLAS, cuSPARSE and
+# cuSOLVER headers: parsed in every binding of a cold build unless they are in the PCH as well.
+CUDA_HEADER_TEXT = HEADER_TEXT + "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
+
+
+def header_text(device: str) -> str:
+    """What the PCH of a build for `device` holds; KERNELSMITH_PCH_CUDA=0 leaves CUDA's headers out
+    (bench/cold_build.py compares the two)."""
+    off = os.environ.get("KERNELSMITH_PCH_CUDA", "1").strip().lower() in ("0", "false", "no", "off")
+    return CUDA_HEADER_TEXT if device == "cuda" and not off else HEADER_TEXT
 META_NAME = "meta.json"
 LOG_NAME = "builds.log"
 KEEP = 2  # signatures kept on disk: each is ~0.8 GB

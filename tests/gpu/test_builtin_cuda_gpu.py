@@ -36,7 +36,7 @@ cases = _load_cases()
 
 
 @pytest.fixture(scope="module")
-def ext(tmp_path_factory):
+def built(tmp_path_factory):
     """One extension holding every case's kernels (a single build: about a minute cold)."""
     root = tmp_path_factory.mktemp("builtin_cuda")
     kernels = root / "kernels"
@@ -46,7 +46,20 @@ def ext(tmp_path_factory):
             (kernels / file).write_text(text)
     result = build.build(kernels, "cuda", build_dir=root / "build")
     assert result.ok, f"{result.summary}\n{result.log[-4000:]}"
-    return build.import_extension(result.so_path, result.name)
+    return result
+
+
+@pytest.fixture(scope="module")
+def ext(built):
+    return build.import_extension(built.so_path, built.name)
+
+
+def test_the_bindings_compile_with_torchs_cuda_headers_precompiled(built):
+    """Every binding includes ATen/cuda/CUDAContext.h (cuBLAS, cuSPARSE, cuSOLVER below it): in the PCH,
+    a cold build does not parse it once per binding."""
+    header = Path(built.flags[built.flags.index("-include") + 1])
+    assert "#include <ATen/cuda/CUDAContext.h>" in header.read_text()
+    assert header.with_name(header.name + ".gch").stat().st_size > 0
 
 
 @pytest.fixture(autouse=True)
