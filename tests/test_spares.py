@@ -4,13 +4,14 @@ when it started, and must serve only a job it was started for."""
 
 from __future__ import annotations
 
-import json
+import os
+from pathlib import Path
 
 import pytest
 
 from conftest import PRELUDE
 from kernelsmith.evaluation import runner
-from kernelsmith.evaluation.evaluate import candidate_job
+from kernelsmith.evaluation.evaluate import PROFILE_SPARES, candidate_job
 from kernelsmith.evaluation.options import EvalOptions
 
 
@@ -21,9 +22,10 @@ def workdir(own_folder):
 
 def test_the_next_verify_takes_the_spare_and_runs_the_files_edited_since(workdir, run_eval):
     first = run_eval(workdir / "model_new.py", spare_workers=True)
-    assert first.clean and runner.SPARES.count() == 3  # the candidate's, and a profile's two from the verify
+    # the candidate's, and two of each profile worker from the verify
+    assert first.clean and runner.SPARES.count() == 1 + 2 * PROFILE_SPARES
     job = candidate_job(run_eval.reference, workdir / "model_new.py", EvalOptions(device="cpu"))
-    spare = runner.SPARES._spare[runner.SPARES.signature(job, EvalOptions().timeout_s)]
+    [spare] = runner.SPARES.waiting(job, EvalOptions().timeout_s)
     assert spare.proc.poll() is None  # started, torch imported, waiting for its job
 
     # the agent rewrites the kernel after the spare started: off by one, which the spare must load
@@ -39,7 +41,7 @@ def test_the_spare_brings_its_judge_started_with_it_and_a_judge_for_other_trials
     is stocked with its judge beside it, sharing the handoff made at spawn."""
     assert run_eval(workdir / "model_new.py", spare_workers=True).clean
     job = candidate_job(run_eval.reference, workdir / "model_new.py", EvalOptions(device="cpu"))
-    spare = runner.SPARES._spare[runner.SPARES.signature(job, EvalOptions().timeout_s)]
+    [spare] = runner.SPARES.waiting(job, EvalOptions().timeout_s)
     judge = spare.partner
     assert judge is not None and judge.proc.poll() is None and judge.job["kind"] == "judge"
     candidate = workdir / "model_new.py"
@@ -49,7 +51,7 @@ def test_the_spare_brings_its_judge_started_with_it_and_a_judge_for_other_trials
     assert judge.proc.wait() == 0  # it judged this verify and exited, as a judge started for it would
     assert second.seconds["verify.judge.waited"] > 0  # it sat ready before its job came
 
-    again = runner.SPARES._spare[runner.SPARES.signature(job, EvalOptions().timeout_s)].partner
+    again = runner.SPARES.waiting(job, EvalOptions().timeout_s)[0].partner
     candidate.write_text(candidate.read_text() + "# another\n")
     third = run_eval(candidate, spare_workers=True, trials=2)  # 2 trials: not what it was told
     assert third.clean, third.error
@@ -59,18 +61,58 @@ def test_the_spare_brings_its_judge_started_with_it_and_a_judge_for_other_trials
 def test_a_verify_leaves_profile_workers_that_the_next_profile_takes(workdir, run_eval):
     verify = run_eval(workdir / "model_new.py", spare_workers=True)
     assert verify.clean
-    spares = {json.loads(sig)[0][0]: worker for sig, worker in runner.SPARES._spare.items()}
+    spares = runner.SPARES.by_kind()
     assert sorted(spares) == ["candidate", "checksums", "profile"]
-    assert spares["profile"].clock is not None  # the parent's clock that will time it, made with it
+    assert len(spares["profile"]) == len(spares["checksums"]) == PROFILE_SPARES
+    assert all(w.clock is not None for w in spares["profile"])  # the parent's clock that will time it, made with it
     profiled = run_eval(workdir / "model_new.py", profile=True, min_runs=10, spare_workers=True)
     assert profiled.clean and profiled.timings_ms["candidate"] > 0, profiled.error
-    # each ran this profile's job and exited (a spare retired unused is killed: a signal, not 0)
-    assert spares["profile"].proc.wait() == 0 and spares["checksums"].proc.wait() == 0
+    # the oldest of each ran this profile's job and exited (a spare retired unused is killed: a signal, not 0)
+    assert spares["profile"][0].proc.wait() == 0 and spares["checksums"][0].proc.wait() == 0
     assert profiled.seconds["checked_runs"] > 0  # the checksums spare judged the timed outputs
-    # a profile leaves the next profile's workers behind, started after its timed runs (never during them)
-    after = {json.loads(sig)[0][0]: worker for sig, worker in runner.SPARES._spare.items()}
-    assert {"profile", "checksums"} <= set(after) and after["profile"] is not spares["profile"]
-    assert after["profile"].proc.poll() is None
+    assert "profile.ready_wait" in profiled.seconds  # the jailed worker said when its imports ended
+    # a profile leaves the next profiles' workers behind: the one started a profile ago is next in line,
+    # and a new one started after these timed runs (never during them) tops them up again
+    after = runner.SPARES.by_kind()
+    assert after["profile"][0] is spares["profile"][1] and len(after["profile"]) == PROFILE_SPARES
+    assert after["profile"][-1] not in spares["profile"] and after["profile"][-1].proc.poll() is None
+
+
+def test_a_spare_still_importing_when_its_job_comes_holds_no_gpu_lock(tmp_path, monkeypatch):
+    """A GPU job waits for its worker's imports before it takes the GPU's lock: sessions sharing a GPU
+    (the pool's lanes) lost 3 s of GPU time per profile to a spare that held the lock while it imported.
+    Its imports are made slow here (a sitecustomize that sleeps), and a job beside it gets the lock first."""
+    import threading
+    import time
+
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text("import time\ntime.sleep(4)\n")
+    monkeypatch.setenv("KERNELSMITH_COMPUTE_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")  # no nvidia-smi: the lock is named by the spelling
+    job = {"kind": "checksums", "device": "cuda", "reference": str(tmp_path / "absent.py"), "seed": 0}
+    with runner.extra_env({"PYTHONPATH": f"{slow}:{os.environ.get('PYTHONPATH', '')}"}):
+        worker = runner.Prestarted(job, 60).__enter__()
+    failed = []
+    thread = threading.Thread(target=lambda: failed.append(_fails(worker, {"runs": [], "seed": 0})))
+    thread.start()
+    time.sleep(0.5)
+    try:
+        with runner.compute_lock({"kind": "judge", "device": "cuda", "job_id": "beside"}):
+            still_importing = worker.proc.poll() is None and not (Path(worker.job["result_path"])).exists()
+        assert still_importing  # the lock was free while the worker imported
+    finally:
+        thread.join(60)
+        worker.__exit__(None, None, None)
+    assert failed == [True]  # its job then ran (and failed: no reference, no GPU) and was reported
+
+
+def _fails(worker, rest) -> bool:
+    try:
+        worker.run(rest)
+    except runner.JobFailed:
+        return True
+    return False
 
 
 def test_a_spare_serves_only_the_job_and_gpu_it_was_started_for(workdir, task_dir):
@@ -94,7 +136,7 @@ def test_past_the_limit_the_oldest_spare_is_killed(workdir, task_dir, monkeypatc
     jobs = [candidate_job(task_dir / "model.py", workdir / "model_new.py", EvalOptions(device="cpu", precision=p))
             for p in ("fp32", "tf32")]
     runner.SPARES.stock(jobs[0], opts.timeout_s)
-    oldest = runner.SPARES._spare[runner.SPARES.signature(jobs[0], opts.timeout_s)]
+    [oldest] = runner.SPARES.waiting(jobs[0], opts.timeout_s)
     runner.SPARES.stock(jobs[1], opts.timeout_s)
     assert runner.SPARES.count() == 1 and oldest.proc.poll() is not None
 
@@ -106,11 +148,11 @@ def test_a_verify_starts_the_profile_spares_before_it_runs_and_keeps_a_live_one(
                                           "        return kernel('axpb', x, self.bias).add_(1.0)\n")
     wrong = run_eval(workdir / "model_new.py", spare_workers=True)
     assert not wrong.correct
-    spares = {json.loads(sig)[0][0]: worker for sig, worker in runner.SPARES._spare.items()}
+    spares = runner.SPARES.by_kind()
     assert {"profile", "checksums"} <= set(spares)  # stocked before the verify, not on its success
     run_eval(workdir / "model_new.py", spare_workers=True)
-    again = {json.loads(sig)[0][0]: worker for sig, worker in runner.SPARES._spare.items()}
-    assert again["profile"] is spares["profile"] and spares["profile"].proc.poll() is None  # kept, not restarted
+    again = runner.SPARES.by_kind()
+    assert again["profile"] == spares["profile"] and all(w.proc.poll() is None for w in spares["profile"])  # kept
 
 
 def test_a_sessions_warm_up_starts_its_first_builds_worker_which_that_build_takes(tmp_path, monkeypatch):
@@ -127,7 +169,7 @@ def test_a_sessions_warm_up_starts_its_first_builds_worker_which_that_build_take
         with LocalSandbox("cpu") as sandbox:
             assert sandbox.warm_baselines(tmp_path / "wd", EvalOptions(device="cpu", spare_workers=True)).result(60)
             job = evaluate.build_job(kernels, "cpu", False)
-            spare = runner.SPARES._spare[runner.SPARES.signature(job, evaluate.BUILD_TIMEOUT_S)]
+            [spare] = runner.SPARES.waiting(job, evaluate.BUILD_TIMEOUT_S)
             assert spare.proc.poll() is None
             built = sandbox.build(kernels, "cpu")  # nothing in kernels/ yet: the worker's own answer
         assert "no kernel sources" in built["summary"]

@@ -23,6 +23,10 @@ from kernelsmith.evaluation.baselines import apply_baselines, warm as warm_basel
 from kernelsmith.evaluation.options import EvalOptions, seed_for
 from kernelsmith.evaluation.reward import reward_for
 
+# Two of each profile worker wait: the one a profile takes was started a whole iteration before it. With one,
+# started after the last profile's timed runs, a 2 s build and a 2 s verify left it 3 s short of its jailed
+# imports (7.2 s on the H200): 3 s of each 7 s steady profile (H200, 2026-12-04).
+PROFILE_SPARES = 2
 BUILD_TIMEOUT_S = 1800.0  # a build worker's, as the sandboxes run it (a spare serves only the same timeout)
 
 
@@ -59,8 +63,8 @@ def _stock_profile_spares(reference: Path, candidate: Path, opts: EvalOptions) -
     they are when its job comes, so one left by a verify that failed serves a later profile as well.)"""
     prepare_watch()  # the spare's jail binds the built watch only if it exists when it starts
     job = profile_job(reference, candidate, replace(opts, profile=True))
-    runner.SPARES.stock(job, opts.timeout_s * 2, runner.ParentClock())
-    runner.SPARES.stock(checksums_job(job), opts.timeout_s)
+    runner.SPARES.stock(job, opts.timeout_s * 2, runner.ParentClock, depth=PROFILE_SPARES)
+    runner.SPARES.stock(checksums_job(job), opts.timeout_s, depth=PROFILE_SPARES)
 
 
 def checksums_job(profile: dict) -> dict:
@@ -276,6 +280,8 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
         result.reject(f"profile failed: {err.reason}", stage="profile")
         return
     result.seconds["profile"] = runner.elapsed(start)
+    if worker.ready_wait_s is not None:  # its imports, when the job came before they ended (0 when ready)
+        result.seconds["profile.ready_wait"] = worker.ready_wait_s
     record_phases(result, "profile.worker", prof.get("phases"))
     apply_profile(prof, result)
     _violation(result, checks.clock_disagreement(prof, clock.batches))

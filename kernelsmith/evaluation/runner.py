@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import secrets
+import select
 import signal
 import socket
 import struct
@@ -200,6 +201,8 @@ class Prestarted:
     def __init__(self, job: dict, timeout: float, clock: "ParentClock | None" = None):
         _become_subreaper()
         self.timeout, self.clock, self.proc, self._serving, self.handoff = timeout, clock, None, None, None
+        self.ready: int | None = None  # the parent's end of the pipe the worker reports its imports done on
+        self.ready_wait_s: float | None = None  # how long its job waited for those imports (None: no report)
         self.partner: "Prestarted | None" = None  # a spare's judge, started with it (Spares.stock)
         self._tmp = tempfile.TemporaryDirectory(prefix="ks-job-", dir=scratch_root())
         os.chmod(self._tmp.name, 0o700)
@@ -215,12 +218,14 @@ class Prestarted:
         self._serving.__enter__()
         try:
             self.handoff = _handoff_channel(self.job)
+            self.ready = _ready_channel(self.job)
             self.proc, self._log = _spawn(self.job, self.log_path)
         except BaseException:
             self._close()
             raise
-        finally:  # the worker has its end of the handoff now (a judge's: the end its candidate left it)
+        finally:  # the worker has its ends now (a judge's handoff: the end its candidate left it)
             _close_fd(self.job.pop("handoff_fd", None))
+            _close_fd(self.job.pop("ready_fd", None))
         if self.clock:
             self.clock.census(self.proc.pid, jail.status().jailed and self.job["kind"] in jail.UNTRUSTED_JOBS)
         return self
@@ -245,6 +250,8 @@ class Prestarted:
     def run(self, rest: dict) -> dict:
         """Send the rest of the job, once this GPU runs no other job; the worker's value, or JobFailed."""
         job = {**self.job, **rest}
+        self.ready_wait_s = _await_ready(self.ready, self.timeout)  # outside the lock: the GPU serves others
+        self.ready = None
         with compute_lock(job):
             code = _wait(self.proc, job, self.timeout)
         return _read_answer(job, code, self.log_path.read_text(errors="replace"), self.timeout)
@@ -263,7 +270,8 @@ class Prestarted:
         if self._serving is not None:
             self._serving.__exit__(None, None, None)
         _close_fd(self.handoff)
-        self.handoff = None
+        _close_fd(self.ready)
+        self.handoff = self.ready = None
         self._tmp.cleanup()
 
 
@@ -276,6 +284,30 @@ def _handoff_channel(job: dict) -> int | None:
     job["handoff_fd"] = workers.detach()
     job["pass_fds"] = (*job.get("pass_fds", ()), job["handoff_fd"])
     return parents.detach()
+
+
+def _ready_channel(job: dict) -> int:
+    """A pipe the worker writes one byte on once its imports are done, before it reads its job (so
+    before any candidate code exists in it): the parent's end returned, the worker's in job["ready_fd"]."""
+    parents, workers = os.pipe()
+    job["ready_fd"] = workers
+    job["pass_fds"] = (*job.get("pass_fds", ()), workers)
+    return parents
+
+
+def _await_ready(fd: int | None, timeout: float) -> float | None:
+    """Wait until the worker has imported torch (or died, or the timeout passed: its job's wait reports
+    that), and close the pipe. A spare still importing when its job comes would otherwise hold the GPU's
+    lock idle for seconds (3 s of a 7 s profile on the H200) while other sessions' jobs waited on it.
+    The seconds waited, or None where no byte came (a worker that died, or never had the pipe)."""
+    if fd is None:
+        return None
+    start, came = time.perf_counter(), b""
+    with contextlib.suppress(OSError):
+        if select.select([fd], [], [], timeout)[0]:
+            came = os.read(fd, 1)
+    _close_fd(fd)
+    return round(time.perf_counter() - start, 3) if came else None
 
 
 def _close_fd(fd: int | None) -> None:
@@ -373,41 +405,57 @@ class ParentClock:
 
 class Spares:
     """Workers started for the next job of a kind before it is asked for: a session's next verify of its
-    workdir finds its candidate worker with torch imported. One spare per spawn signature (the job's
-    fields that fix the worker's jail and environment, and this thread's extra environment), at most
-    MAX in all, the oldest killed first. A spare is an ordinary Prestarted: a fresh process that has
-    loaded no candidate code, whose jail shows the workdir live (files edited after it started are the
-    ones it loads), used for one job and gone."""
+    workdir finds its candidate worker with torch imported. Up to `depth` spares per spawn signature (the
+    job's fields that fix the worker's jail and environment, and this thread's extra environment), the
+    oldest taken first, at most MAX in all, the oldest killed first. A spare is an ordinary Prestarted: a
+    fresh process that has loaded no candidate code, whose jail shows the workdir live (files edited after
+    it started are the ones it loads), used for one job and gone."""
 
-    MAX = 12  # a session keeps up to three (candidate, profile, checksums); a bench runs several sessions
+    MAX = 32  # a session keeps up to seven (build, candidate and judge, two profiles and their checksums),
+    # and a pool runs several sessions: 3 lanes on one GPU lost their spares to each other at 12
     FIELDS = ("kind", "reference", "candidate", "cwd", "device", "precision", "threads", "kernels_dir", "fast_math")
 
     def __init__(self):
-        self._spare: "dict[str, Prestarted]" = {}
+        self._spares: "list[tuple[str, Prestarted]]" = []  # in the order they started
         self._lock = threading.Lock()
 
     def signature(self, job: dict, timeout: float) -> str:
         return json.dumps([[job.get(k) for k in self.FIELDS], timeout, sorted(getattr(_THREAD, "env", {}).items())])
 
     def take(self, job: dict, timeout: float) -> "Prestarted | None":
-        """The spare for this job, still alive, or None."""
-        with self._lock:
-            worker = self._spare.pop(self.signature(job, timeout), None)
-        if worker is not None and worker.proc.poll() is None:
-            return worker
-        if worker is not None:
-            worker.__exit__(None, None, None)
-        return None
+        """The oldest live spare for this job (the likeliest to have torch imported), or None."""
+        sig = self.signature(job, timeout)
+        while True:
+            with self._lock:
+                found = next((i for i, (s, _) in enumerate(self._spares) if s == sig), None)
+                worker = None if found is None else self._spares.pop(found)[1]
+            if worker is None or worker.proc.poll() is None:
+                return worker
+            worker.__exit__(None, None, None)  # died waiting: the next one, if any
 
-    def stock(self, job: dict, timeout: float, clock: "ParentClock | None" = None, partner=None) -> None:
-        """Start a spare for a job like this one (a profile worker with the clock that will time it),
-        unless a live one of the same signature is waiting already (one that died is replaced). With
+    def waiting(self, job: dict, timeout: float) -> "list[Prestarted]":
+        """The spares for this job, oldest first (dead ones included until taken or replaced)."""
+        sig = self.signature(job, timeout)
+        with self._lock:
+            return [w for s, w in self._spares if s == sig]
+
+    def stock(self, job: dict, timeout: float, make_clock=None, partner=None, depth: int = 1) -> None:
+        """Start a spare for a job like this one (a profile worker with the clock that will time it, one
+        from `make_clock` each),
+        unless `depth` live ones of the same signature are waiting already (dead ones are dropped). With
         `partner` (the spare -> a job), a second worker is started beside it: a candidate's judge, which
         then imports torch before the candidate's first output asks it for a buffer."""
+        sig = self.signature(job, timeout)
         with self._lock:
-            waiting = self._spare.get(self.signature(job, timeout))
-        if waiting is not None and waiting.proc.poll() is None:
-            return
+            dead = [(s, w) for s, w in self._spares if s == sig and w.proc.poll() is not None]
+            self._spares = [entry for entry in self._spares if entry not in dead]
+            live = sum(1 for s, _ in self._spares if s == sig)
+        for _, old in dead:
+            old.__exit__(None, None, None)
+        for _ in range(depth - live):
+            self._start(sig, job, timeout, make_clock() if make_clock else None, partner)
+
+    def _start(self, sig: str, job: dict, timeout: float, clock: "ParentClock | None", partner) -> None:
         worker = Prestarted(job, timeout, clock).__enter__()
         if partner is not None:
             try:
@@ -416,19 +464,25 @@ class Spares:
                 worker.__exit__(None, None, None)
                 raise
         with self._lock:
-            retired = [self._spare.pop(self.signature(job, timeout), None)]
-            self._spare[self.signature(job, timeout)] = worker
-            while len(self._spare) > self.MAX:
-                retired.append(self._spare.pop(next(iter(self._spare))))
-        for old in filter(None, retired):
+            self._spares.append((sig, worker))
+            retired = [self._spares.pop(0)[1] for _ in range(max(0, len(self._spares) - self.MAX))]
+        for old in retired:
             old.__exit__(None, None, None)
 
     def count(self) -> int:
-        return len(self._spare)
+        return len(self._spares)
+
+    def by_kind(self) -> "dict[str, list[Prestarted]]":
+        """The waiting spares by job kind, oldest first."""
+        with self._lock:
+            kinds: dict[str, list[Prestarted]] = {}
+            for _, worker in self._spares:
+                kinds.setdefault(worker.job["kind"], []).append(worker)
+            return kinds
 
     def close(self) -> None:
         with self._lock:
-            retired, self._spare = list(self._spare.values()), {}
+            retired, self._spares = [w for _, w in self._spares], []
         for worker in retired:
             worker.__exit__(None, None, None)
 
@@ -520,6 +574,8 @@ def _worker_env(job: dict) -> dict:
     if job.get("handoff_fd") is not None:
         trials = f",{job['trials']}" if isinstance(job.get("trials"), int) else ""  # the judge's job has them
         merged["KERNELSMITH_HANDOFF"] = f"{job.get('device', 'cpu')},{job['handoff_fd']}{trials}"
+    if job.get("ready_fd") is not None:
+        merged["KERNELSMITH_READY_FD"] = str(job["ready_fd"])
     if job.get("threads"):  # eager's intra-op threads and the candidate's OpenMP threads: the same count
         merged["OMP_NUM_THREADS"] = str(job["threads"])
     merged.pop("PYTHONSTARTUP", None)

@@ -7,6 +7,7 @@ turns crashes, signals and timeouts into readable failures.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -79,6 +80,18 @@ def _serve_handoff(kind: str) -> None:
         handoff.SERVER = handoff.serve(*channel)
 
 
+def _report_ready() -> None:
+    """One byte on the parent's ready pipe: imports done, the job may come (runner._await_ready). Closed
+    before the job is read, so no candidate code ever holds it."""
+    fd = os.environ.pop("KERNELSMITH_READY_FD", "")
+    if not fd.isdigit():
+        return
+    with contextlib.suppress(OSError):  # the parent may have given up waiting: it sends the job anyway
+        os.write(int(fd), b"r")
+    with contextlib.suppress(OSError):
+        os.close(int(fd))
+
+
 def _drop_cwd_from_path() -> None:
     """`python -m` puts the working directory (the candidate's folder) first on sys.path, where a
     workdir's profile.py would shadow the standard library's `profile`; loading.load_module
@@ -95,6 +108,7 @@ def main() -> int:
     except BaseException as err:  # noqa: BLE001  (reported as the job's answer below)
         handlers, failed = {}, (err, traceback.format_exc(limit=12))
     _serve_handoff(kind)
+    _report_ready()
     ready = time.perf_counter()
     job = json.loads(sys.stdin.read())
     arrived = time.perf_counter()
