@@ -303,8 +303,10 @@ def _await_ready(fd: int | None, timeout: float) -> float | None:
     if fd is None:
         return None
     start, came = time.perf_counter(), b""
+    poller = select.poll()  # not select.select: a pool's descriptors pass 1024
+    poller.register(fd, select.POLLIN)
     with contextlib.suppress(OSError):
-        if select.select([fd], [], [], timeout)[0]:
+        if poller.poll(timeout * 1000):
             came = os.read(fd, 1)
     _close_fd(fd)
     return round(time.perf_counter() - start, 3) if came else None
