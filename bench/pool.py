@@ -78,9 +78,16 @@ def _lane(pool, reference: Path, candidate: Path, opts: EvalOptions, jobs: int, 
         results.append(pool.submit_evaluate(reference=reference, candidate=candidate, opts=opts).result())
 
 
+PHASES = ("verify", "profile", "profile.ready_wait", "profile.worker.timed", "profile.checksums")
+
+
 def _medians(results: list) -> dict:
+    """The candidate's medians, and the median seconds of the phases where an evaluation's time goes
+    (profile.ready_wait: its profile worker's imports still running when the job came, lock not held)."""
     medians = [r.timings_ms["candidate"] for r in results if r.timings_ms.get("candidate")]
-    return {"candidate_ms": medians, "contended": sum(bool(r.contended) for r in results)}
+    phases = {name: statistics.median(v) for name in PHASES
+              if (v := [r.seconds[name] for r in results if isinstance(r.seconds.get(name), (int, float))])}
+    return {"candidate_ms": medians, "contended": sum(bool(r.contended) for r in results), "phase_s": phases}
 
 
 def killed_run(reference: Path, candidate: Path, opts: EvalOptions, jobs: int, gpus: list[int]) -> dict:
@@ -152,12 +159,14 @@ def main() -> None:
 
 def table(runs: dict) -> str:
     lines = ["| lanes | evaluations | verified | wall s | evaluations per GPU-hour | s per evaluation | "
-             "candidate ms (median, min-max) | contended | failed |", "|---|---|---|---|---|---|---|---|---|"]
+             "candidate ms (median, min-max) | profile waited for imports s | contended | failed |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, run in runs.items():
         times = run["candidate_ms"] or [0.0]
         lines.append(f"| {name} | {run['jobs']} | {run['verified']} | {run['wall_s']:.1f} | "
                      f"{run['evals_per_gpu_hour']:.0f} | {run['s_per_eval']:.2f} | {statistics.median(times):.4f} "
-                     f"({min(times):.4f}-{max(times):.4f}) | {run['contended']} | {len(run['failed'])} |")
+                     f"({min(times):.4f}-{max(times):.4f}) | {run['phase_s'].get('profile.ready_wait', '-')} | "
+                     f"{run['contended']} | {len(run['failed'])} |")
     return "\n".join(lines)
 
 

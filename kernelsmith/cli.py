@@ -480,6 +480,7 @@ def synth(out: Path = typer.Option(..., "--out", help="folder for tasks/, manife
                                backend_flags={"model": model, "base_url": base_url})
     if threshold is not None:
         plan.threshold = threshold
+    synth_run.validate(plan)  # bad input ends here, before a progress bar is drawn
     if as_json:
         print(json.dumps(synth_run.synthesize(plan)))
         return
