@@ -107,6 +107,26 @@ def test_a_spare_still_importing_when_its_job_comes_holds_no_gpu_lock(tmp_path, 
     assert failed == [True]  # its job then ran (and failed: no reference, no GPU) and was reported
 
 
+def test_a_worker_that_hangs_in_its_imports_fails_within_its_one_timeout(tmp_path):
+    """The wait for a worker's imports and the wait for its job share the job's timeout: a worker stuck
+    before it reads its job is a failed attempt after that timeout, not after twice it."""
+    import time
+
+    hang = tmp_path / "hang"
+    hang.mkdir()
+    (hang / "sitecustomize.py").write_text("import time\ntime.sleep(120)\n")
+    job = {"kind": "checksums", "device": "cpu", "reference": str(tmp_path / "absent.py"), "seed": 0}
+    with runner.extra_env({"PYTHONPATH": f"{hang}:{os.environ.get('PYTHONPATH', '')}"}):
+        worker = runner.Prestarted(job, 4).__enter__()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(runner.JobFailed, match="timed out"):
+            worker.run({"runs": [], "seed": 0})
+    finally:
+        worker.__exit__(None, None, None)
+    assert worker.ready_wait_s is None and time.perf_counter() - start < 4 + 3  # one timeout, and the reaping
+
+
 def _fails(worker, rest) -> bool:
     try:
         worker.run(rest)

@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 from kernelsmith.evaluation import toolchain
 from kernelsmith.sandbox import jail
@@ -249,11 +250,11 @@ class Prestarted:
 
     def run(self, rest: dict) -> dict:
         """Send the rest of the job, once this GPU runs no other job; the worker's value, or JobFailed."""
-        job = {**self.job, **rest}
+        job, start = {**self.job, **rest}, time.perf_counter()
         self.ready_wait_s = _await_ready(self.ready, self.timeout)  # outside the lock: the GPU serves others
         self.ready = None
-        with compute_lock(job):
-            code = _wait(self.proc, job, self.timeout)
+        with compute_lock(job):  # the imports' wait counts against the same timeout: a hang fails once
+            code = _wait(self.proc, job, max(self.timeout - (time.perf_counter() - start), 0.1))
         return _read_answer(job, code, self.log_path.read_text(errors="replace"), self.timeout)
 
     def __exit__(self, *exc) -> None:
@@ -441,10 +442,10 @@ class Spares:
         with self._lock:
             return [w for s, w in self._spares if s == sig]
 
-    def stock(self, job: dict, timeout: float, make_clock=None, partner=None, depth: int = 1) -> None:
-        """Start a spare for a job like this one (a profile worker with the clock that will time it, one
-        from `make_clock` each),
-        unless `depth` live ones of the same signature are waiting already (dead ones are dropped). With
+    def stock(self, job: dict, timeout: float, make_clock: "Callable[[], ParentClock] | None" = None,
+              partner=None, depth: int = 1) -> None:
+        """Start spares for a job like this one until `depth` live ones of its signature wait (dead ones
+        are dropped); a profile worker gets a clock of its own from `make_clock`, which will time it. With
         `partner` (the spare -> a job), a second worker is started beside it: a candidate's judge, which
         then imports torch before the candidate's first output asks it for a buffer."""
         sig = self.signature(job, timeout)
