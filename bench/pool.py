@@ -142,19 +142,26 @@ def main() -> None:
     args = parser.parse_args()
     gpus = [int(g) for g in args.gpus.split(",") if g]
     opts = EvalOptions(device=args.device, spare_workers=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs: dict = {}
+    plan = [(f"{k} per GPU", k, gpus[:1]) for k in (int(k) for k in args.evals_per_gpu.split(",") if k)]
+    if len(gpus) > 1:
+        plan.append((f"{len(gpus)} GPUs, 1 per GPU", 1, gpus))
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {f"{k} per GPU": lanes_run(args.reference, args.candidate, opts, args.jobs, k, gpus[:1], Path(tmp))
-                for k in (int(k) for k in args.evals_per_gpu.split(",") if k)}
-        if len(gpus) > 1:
-            runs[f"{len(gpus)} GPUs, 1 per GPU"] = lanes_run(args.reference, args.candidate, opts, args.jobs, 1, gpus,
-                                                             Path(tmp))
+        for name, lanes, on in plan:
+            runs[name] = lanes_run(args.reference, args.candidate, opts, args.jobs, lanes, on, Path(tmp))
+            save(args.out, runs, None)  # each run as it ends: a call cut off by its time limit keeps the runs done
+            print(table({name: runs[name]}), flush=True)
     killed = None if args.no_kill else killed_run(args.reference, args.candidate, opts, args.jobs, gpus)
     print(table(runs))
     if killed:
         print(f"\nkilled worker pid {killed['killed_pid']}: {len(killed['failed'])} of {killed['jobs']} jobs failed: "
               f"{killed['failed']}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "pool.json").write_text(json.dumps({"pools": runs, "kill": killed}, indent=1, default=str))
+    save(args.out, runs, killed)
+
+
+def save(out: Path, runs: dict, killed) -> None:
+    (out / "pool.json").write_text(json.dumps({"pools": runs, "kill": killed}, indent=1, default=str))
 
 
 def table(runs: dict) -> str:
