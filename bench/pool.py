@@ -78,7 +78,9 @@ def _lane(pool, reference: Path, candidate: Path, opts: EvalOptions, jobs: int, 
         results.append(pool.submit_evaluate(reference=reference, candidate=candidate, opts=opts).result())
 
 
-PHASES = ("verify", "profile", "profile.ready_wait", "profile.worker.timed", "profile.checksums")
+PHASES = ("verify", "profile", "profile.ready_wait", "profile.worker.timed", "profile.checksums",
+          "verify.candidate.lock_wait", "verify.candidate.lock_held", "verify.judge.lock_wait", "verify.judge.lock_held",
+          "profile.lock_wait", "profile.lock_held", "profile.checksums.lock_wait", "profile.checksums.lock_held")
 
 
 def _medians(results: list) -> dict:
@@ -166,13 +168,15 @@ def save(out: Path, runs: dict, killed) -> None:
 
 def table(runs: dict) -> str:
     lines = ["| lanes | evaluations | verified | wall s | evaluations per GPU-hour | s per evaluation | "
-             "candidate ms (median, min-max) | profile waited for imports s | contended | failed |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "candidate ms (median, min-max) | profile waited for imports s | GPU lock held per evaluation s | "
+             "contended | failed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, run in runs.items():
         times = run["candidate_ms"] or [0.0]
         lines.append(f"| {name} | {run['jobs']} | {run['verified']} | {run['wall_s']:.1f} | "
                      f"{run['evals_per_gpu_hour']:.0f} | {run['s_per_eval']:.2f} | {statistics.median(times):.4f} "
                      f"({min(times):.4f}-{max(times):.4f}) | {run['phase_s'].get('profile.ready_wait', '-')} | "
+                     f"{sum(v for k, v in run['phase_s'].items() if k.endswith('lock_held')):.2f} | "
                      f"{run['contended']} | {len(run['failed'])} |")
     return "\n".join(lines)
 

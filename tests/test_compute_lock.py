@@ -59,3 +59,40 @@ def test_without_nvidia_smi_the_spelling_is_the_key(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "_GPUS", None)
     assert runner.gpu_keys("0") == ["0"] and runner.gpu_keys(None) == ["all"]
     runner._GPUS = None
+
+
+def test_a_gpu_job_reports_its_wait_for_the_lock_and_its_hold_of_it(tmp_path, monkeypatch):
+    """The pool's lanes queue for the GPU's lock; each GPU job says how long it waited and held it
+    (bench/pool.py sums the holds per evaluation). Once the worker has imported, another holder keeps
+    the lock 1 s after the job is sent; a CPU job takes no lock and reports none."""
+    import select
+
+    monkeypatch.setenv("KERNELSMITH_COMPUTE_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")  # no nvidia-smi: the lock is named by the spelling
+    monkeypatch.setattr(runner, "_GPUS", None)
+    reports = {}
+    for device in ("cuda", "cpu"):
+        job = {"kind": "checksums", "device": device, "reference": str(tmp_path / "absent.py"), "seed": 0}
+        with runner.Prestarted(job, 60) as worker:
+            ready = select.poll()
+            ready.register(worker.ready, select.POLLIN)  # not read: the job's run reads it
+            assert ready.poll(60_000)
+            failed = []
+            with runner.compute_lock({"kind": "judge", "device": "cuda", "job_id": "first"}):
+                thread = threading.Thread(target=lambda: failed.append(_fails(worker)))
+                thread.start()
+                time.sleep(1.0)
+            thread.join(60)
+            assert failed == [True]  # no reference (and no GPU): the job fails, its lock times stay
+            reports[device] = worker.gpu_lock
+    assert reports["cuda"]["lock_wait"] >= 0.9 and reports["cuda"]["lock_held"] > 0
+    assert reports["cpu"] == {}
+    runner._GPUS = None
+
+
+def _fails(worker) -> bool:
+    try:
+        worker.run({"runs": [], "seed": 0})
+    except runner.JobFailed:
+        return True
+    return False

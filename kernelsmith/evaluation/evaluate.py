@@ -171,7 +171,13 @@ def _candidate_then_judge(job: dict, seeds: dict, opts: EvalOptions) -> tuple[di
             facts = worker.run(seeds)
             middle = time.perf_counter()
             judged = judge.run({"facts": facts, **seeds})
-            return facts, judged, {"candidate": round(middle - start, 3), "judge": runner.elapsed(middle)}
+            return facts, judged, {"candidate": round(middle - start, 3), "judge": runner.elapsed(middle),
+                                   **_lock_phases("candidate", worker), **_lock_phases("judge", judge)}
+
+
+def _lock_phases(name: str, worker: runner.Prestarted) -> dict:
+    """A GPU job's wait for the GPU's lock and its hold of it, as phases named after the job."""
+    return {f"{name}.{key}": seconds for key, seconds in worker.gpu_lock.items()}
 
 
 def verify_step(reference: Path, candidate: Path, opts: EvalOptions, result: EvalResult) -> bool:
@@ -282,6 +288,7 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
     result.seconds["profile"] = runner.elapsed(start)
     if worker.ready_wait_s is not None:  # its imports, when the job came before they ended (0 when ready)
         result.seconds["profile.ready_wait"] = worker.ready_wait_s
+    record_phases(result, "profile", worker.gpu_lock)
     record_phases(result, "profile.worker", prof.get("phases"))
     apply_profile(prof, result)
     _violation(result, checks.clock_disagreement(prof, clock.batches))
@@ -326,6 +333,7 @@ def check_timed_outputs(prof: dict, result: EvalResult, checker: runner.Prestart
     except runner.JobFailed as err:
         return _violation(result, f"the timed outputs could not be checked: {err.reason}")
     result.seconds["profile.checksums"] = runner.elapsed(start)
+    record_phases(result, "profile.checksums", checker.gpu_lock)
     result.seconds["checked_runs"] = verdict["checked"]
     if verdict["failures"]:
         _violation(result, "wrong output at a timed run (caching, replay or work only when read): "

@@ -204,6 +204,7 @@ class Prestarted:
         self.timeout, self.clock, self.proc, self._serving, self.handoff = timeout, clock, None, None, None
         self.ready: int | None = None  # the parent's end of the pipe the worker reports its imports done on
         self.ready_wait_s: float | None = None  # how long its job waited for those imports (None: no report)
+        self.gpu_lock: dict[str, float] = {}  # {"lock_wait", "lock_held"} seconds of a GPU job's run (compute_lock)
         self.partner: "Prestarted | None" = None  # a spare's judge, started with it (Spares.stock)
         self._tmp = tempfile.TemporaryDirectory(prefix="ks-job-", dir=scratch_root())
         os.chmod(self._tmp.name, 0o700)
@@ -253,8 +254,12 @@ class Prestarted:
         job, start = {**self.job, **rest}, time.perf_counter()
         self.ready_wait_s = _await_ready(self.ready, self.timeout)  # outside the lock: the GPU serves others
         self.ready = None
-        with compute_lock(job):  # the imports' wait counts against the same timeout: a hang fails once
-            code = _wait(self.proc, job, max(self.timeout - (time.perf_counter() - start), 0.1))
+        asked = time.perf_counter()
+        with compute_lock(job) as locked:  # the imports' wait counts against the same timeout: a hang fails once
+            taken = time.perf_counter()
+            code = _wait(self.proc, job, max(self.timeout - (taken - start), 0.1))
+        if locked:  # what a pool's lanes queue for: the job's load, its work and its worker's exit
+            self.gpu_lock = {"lock_wait": round(taken - asked, 3), "lock_held": elapsed(taken)}
         return _read_answer(job, code, self.log_path.read_text(errors="replace"), self.timeout)
 
     def __exit__(self, *exc) -> None:
@@ -503,9 +508,10 @@ def compute_lock(job: dict):
     to its worker's exit. A worker runs no candidate code before its job arrives and nothing of it
     survives its exit (its PID namespace ends), so all GPU work of every job lies inside the lock:
     evaluations may share a GPU (LocalSandbox evals_per_gpu) and overlap only where the GPU is idle,
-    starting workers and importing torch. The lock files live where no jail can see them."""
+    starting workers and importing torch. The lock files live where no jail can see them.
+    Yields whether a lock was taken (False for CPU jobs)."""
     if job.get("device") != "cuda" or job["kind"] in CPU_ONLY_JOBS:
-        yield
+        yield False
         return
     folder = Path(os.environ.get("KERNELSMITH_COMPUTE_LOCK_DIR", "/tmp/kernelsmith-compute"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -514,7 +520,7 @@ def compute_lock(job: dict):
             handle = held.enter_context(open(folder / f"gpu-{gpu.replace('/', '_')}.lock", "w"))
             fcntl.flock(handle, fcntl.LOCK_EX)  # blocking: the holder's own timeout bounds the wait
             held.callback(fcntl.flock, handle, fcntl.LOCK_UN)
-        yield
+        yield True
 
 
 def gpu_keys(visible: str | None) -> list[str]:
