@@ -185,3 +185,14 @@ class ModelNew(Base):
 
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+def job_fails(worker, rest: dict) -> bool:
+    """Whether a started worker's job, sent `rest`, ends as a failed attempt (runner.JobFailed)."""
+    from kernelsmith.evaluation import runner
+
+    try:
+        worker.run(rest)
+    except runner.JobFailed:
+        return True
+    return False

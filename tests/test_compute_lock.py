@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from conftest import job_fails
 from kernelsmith.evaluation import runner
 
 A, B = "GPU-aaaa1111-2222-3333-4444-555566667777", "GPU-bbbb1111-2222-3333-4444-555566667777"
@@ -79,7 +80,7 @@ def test_a_gpu_job_reports_its_wait_for_the_lock_and_its_hold_of_it(tmp_path, mo
             assert ready.poll(60_000)
             failed = []
             with runner.compute_lock({"kind": "judge", "device": "cuda", "job_id": "first"}):
-                thread = threading.Thread(target=lambda: failed.append(_fails(worker)))
+                thread = threading.Thread(target=lambda: failed.append(job_fails(worker, {"runs": [], "seed": 0})))
                 thread.start()
                 time.sleep(1.0)
             thread.join(60)
@@ -89,10 +90,3 @@ def test_a_gpu_job_reports_its_wait_for_the_lock_and_its_hold_of_it(tmp_path, mo
     assert reports["cpu"] == {}
     runner._GPUS = None
 
-
-def _fails(worker) -> bool:
-    try:
-        worker.run({"runs": [], "seed": 0})
-    except runner.JobFailed:
-        return True
-    return False

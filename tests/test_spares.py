@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PRELUDE
+from conftest import PRELUDE, job_fails
 from kernelsmith.evaluation import runner
 from kernelsmith.evaluation.evaluate import PROFILE_SPARES, candidate_job
 from kernelsmith.evaluation.options import EvalOptions
@@ -94,7 +94,7 @@ def test_a_spare_still_importing_when_its_job_comes_holds_no_gpu_lock(tmp_path, 
     with runner.extra_env({"PYTHONPATH": f"{slow}:{os.environ.get('PYTHONPATH', '')}"}):
         worker = runner.Prestarted(job, 60).__enter__()
     failed = []
-    thread = threading.Thread(target=lambda: failed.append(_fails(worker, {"runs": [], "seed": 0})))
+    thread = threading.Thread(target=lambda: failed.append(job_fails(worker, {"runs": [], "seed": 0})))
     thread.start()
     time.sleep(0.5)
     try:
@@ -125,14 +125,6 @@ def test_a_worker_that_hangs_in_its_imports_fails_within_its_one_timeout(tmp_pat
     finally:
         worker.__exit__(None, None, None)
     assert worker.ready_wait_s is None and time.perf_counter() - start < 4 + 3  # one timeout, and the reaping
-
-
-def _fails(worker, rest) -> bool:
-    try:
-        worker.run(rest)
-    except runner.JobFailed:
-        return True
-    return False
 
 
 def test_a_spare_serves_only_the_job_and_gpu_it_was_started_for(workdir, task_dir):
