@@ -1,9 +1,10 @@
 """Throughput of the local sandbox pool on one task, as sessions drive it, and what a killed worker does.
 
     python bench/pool.py --reference REF.py --candidate DIR/model_new.py [--jobs 6] [--gpus 0,1]
-        [--evals-per-gpu 1,2,3] [--no-kill] [--out DIR]
+        [--evals-per-gpu 1,2,3] [--sharing shared,exclusive] [--no-kill] [--out DIR]
 
-1. Lanes: K lanes share one GPU (K evaluation slots; GPU jobs one at a time: runner.compute_lock).
+1. Lanes: K lanes share one GPU (K evaluation slots; the GPU's readers-writer lock, gpu_lock.py: verifies
+   overlap, a profile has the GPU alone; --sharing exclusive,shared runs each mode side by side).
    A lane is a session: its own copy of the candidate folder (model_new.py and kernels/, built
    and evaluated once untimed), then --jobs evaluations one after another, each after an edit
    (a comment appended to model_new.py), so that every evaluation verifies and profiles: no
@@ -139,6 +140,9 @@ def main() -> None:
     parser.add_argument("--gpus", default="0")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--evals-per-gpu", default="1,2", help="comma-separated: one run per value")
+    parser.add_argument("--sharing", default="shared",
+                        help="comma-separated GPU lock modes, one set of runs each: shared (verifies overlap, "
+                             "gpu_lock.py) and exclusive (every job alone on the GPU)")
     parser.add_argument("--no-kill", action="store_true", help="skip the killed-worker run")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
@@ -146,12 +150,11 @@ def main() -> None:
     opts = EvalOptions(device=args.device, spare_workers=True)
     args.out.mkdir(parents=True, exist_ok=True)
     runs: dict = {}
-    plan = [(f"{k} per GPU", k, gpus[:1]) for k in (int(k) for k in args.evals_per_gpu.split(",") if k)]
-    if len(gpus) > 1:
-        plan.append((f"{len(gpus)} GPUs, 1 per GPU", 1, gpus))
     with tempfile.TemporaryDirectory() as tmp:
-        for name, lanes, on in plan:
-            runs[name] = lanes_run(args.reference, args.candidate, opts, args.jobs, lanes, on, Path(tmp))
+        for name, lanes, on, sharing in run_plan(args.evals_per_gpu, args.sharing, gpus):
+            os.environ["KERNELSMITH_GPU_SHARING"] = sharing  # read by this process's runner, per job
+            runs[name] = {**lanes_run(args.reference, args.candidate, opts, args.jobs, lanes, on, Path(tmp) / sharing),
+                          "sharing": sharing}
             save(args.out, runs, None)  # each run as it ends: a call cut off by its time limit keeps the runs done
             print(table({name: runs[name]}), flush=True)
     killed = None if args.no_kill else killed_run(args.reference, args.candidate, opts, args.jobs, gpus)
@@ -162,23 +165,39 @@ def main() -> None:
     save(args.out, runs, killed)
 
 
+def run_plan(evals_per_gpu: str, sharing: str, gpus: list[int]) -> list[tuple[str, int, list[int], str]]:
+    """(name, lanes, GPUs, lock mode) of each run: the lane counts on one GPU, then all GPUs, per mode."""
+    plan = []
+    for mode in (m.strip() for m in sharing.split(",") if m.strip()):
+        plan += [(f"{k} per GPU, {mode}", k, gpus[:1], mode) for k in (int(k) for k in evals_per_gpu.split(",") if k)]
+        if len(gpus) > 1:
+            plan.append((f"{len(gpus)} GPUs, 1 per GPU, {mode}", 1, gpus, mode))
+    return plan
+
+
 def save(out: Path, runs: dict, killed) -> None:
     (out / "pool.json").write_text(json.dumps({"pools": runs, "kill": killed}, indent=1, default=str))
 
 
 def table(runs: dict) -> str:
     lines = ["| lanes | evaluations | verified | wall s | evaluations per GPU-hour | s per evaluation | "
-             "candidate ms (median, min-max) | profile waited for imports s | GPU lock held per evaluation s | "
-             "contended | failed |",
+             "candidate ms (median, min-max) | profile waited for imports s | GPU lock held per evaluation s "
+             "(shared + exclusive) | contended | failed |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, run in runs.items():
         times = run["candidate_ms"] or [0.0]
         lines.append(f"| {name} | {run['jobs']} | {run['verified']} | {run['wall_s']:.1f} | "
                      f"{run['evals_per_gpu_hour']:.0f} | {run['s_per_eval']:.2f} | {statistics.median(times):.4f} "
                      f"({min(times):.4f}-{max(times):.4f}) | {run['phase_s'].get('profile.ready_wait', '-')} | "
-                     f"{sum(v for k, v in run['phase_s'].items() if k.endswith('lock_held')):.2f} | "
+                     f"{_held(run['phase_s'], shared=True):.2f} + {_held(run['phase_s'], shared=False):.2f} | "
                      f"{run['contended']} | {len(run['failed'])} |")
     return "\n".join(lines)
+
+
+def _held(phases: dict, shared: bool) -> float:
+    """Median seconds per evaluation the lock was held in the shared mode (verify, checksums) or exclusively."""
+    return sum(v for k, v in phases.items() if k.endswith("lock_held") and
+               (k.startswith("verify.") or k.startswith("profile.checksums.")) == shared)
 
 
 if __name__ == "__main__":

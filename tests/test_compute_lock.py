@@ -1,4 +1,4 @@
-"""runner.compute_lock: one job at a time on a GPU however the job's CUDA_VISIBLE_DEVICES spells it.
+"""runner.compute_lock: a job that times has its GPU alone, however the job's CUDA_VISIBLE_DEVICES spells it.
 
 A bench pins its slots by index while a user's `kernelsmith eval` beside it sees every GPU; both must
 take the lock of the same physical GPU, or a verify runs on the GPU under another session's timed runs.
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import job_fails
-from kernelsmith.evaluation import runner
+from kernelsmith.evaluation import gpu_lock, runner
 
 A, B = "GPU-aaaa1111-2222-3333-4444-555566667777", "GPU-bbbb1111-2222-3333-4444-555566667777"
 
@@ -25,15 +25,15 @@ def two_gpus(tmp_path, monkeypatch):
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     monkeypatch.setenv("KERNELSMITH_COMPUTE_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.setattr(runner, "_GPUS", None)
+    monkeypatch.setattr(gpu_lock, "_GPUS", None)
     yield
-    runner._GPUS = None
+    gpu_lock._GPUS = None
 
 
 @pytest.mark.parametrize("visible, keys", [("0", [A]), (A, [A]), ("GPU-aaaa", [A]), ("1,0", [A, B]),
                                            (None, [A, B]), ("", ["none"])])
 def test_every_spelling_of_a_gpu_names_the_same_lock(two_gpus, visible, keys):
-    assert runner.gpu_keys(visible) == keys
+    assert gpu_lock.gpu_keys(visible) == keys
 
 
 def test_a_job_seeing_every_gpu_waits_for_one_pinned_by_index(two_gpus, monkeypatch):
@@ -41,7 +41,7 @@ def test_a_job_seeing_every_gpu_waits_for_one_pinned_by_index(two_gpus, monkeypa
     order, pinned_in = [], threading.Event()
 
     def pinned():
-        with runner.extra_env({"CUDA_VISIBLE_DEVICES": "1"}), runner.compute_lock({"device": "cuda", "kind": "judge", "job_id": "a"}):
+        with runner.extra_env({"CUDA_VISIBLE_DEVICES": "1"}), runner.compute_lock({"device": "cuda", "kind": "profile", "job_id": "a"}):
             pinned_in.set()
             time.sleep(0.5)
             order.append("pinned done")
@@ -57,9 +57,9 @@ def test_a_job_seeing_every_gpu_waits_for_one_pinned_by_index(two_gpus, monkeypa
 
 def test_without_nvidia_smi_the_spelling_is_the_key(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi anywhere
-    monkeypatch.setattr(runner, "_GPUS", None)
-    assert runner.gpu_keys("0") == ["0"] and runner.gpu_keys(None) == ["all"]
-    runner._GPUS = None
+    monkeypatch.setattr(gpu_lock, "_GPUS", None)
+    assert gpu_lock.gpu_keys("0") == ["0"] and gpu_lock.gpu_keys(None) == ["all"]
+    gpu_lock._GPUS = None
 
 
 def test_a_gpu_job_reports_its_wait_for_the_lock_and_its_hold_of_it(tmp_path, monkeypatch):
@@ -70,7 +70,7 @@ def test_a_gpu_job_reports_its_wait_for_the_lock_and_its_hold_of_it(tmp_path, mo
 
     monkeypatch.setenv("KERNELSMITH_COMPUTE_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")  # no nvidia-smi: the lock is named by the spelling
-    monkeypatch.setattr(runner, "_GPUS", None)
+    monkeypatch.setattr(gpu_lock, "_GPUS", None)
     reports = {}
     for device in ("cuda", "cpu"):
         job = {"kind": "checksums", "device": device, "reference": str(tmp_path / "absent.py"), "seed": 0}
@@ -79,7 +79,7 @@ def test_a_gpu_job_reports_its_wait_for_the_lock_and_its_hold_of_it(tmp_path, mo
             ready.register(worker.ready, select.POLLIN)  # not read: the job's run reads it
             assert ready.poll(60_000)
             failed = []
-            with runner.compute_lock({"kind": "judge", "device": "cuda", "job_id": "first"}):
+            with runner.compute_lock({"kind": "profile", "device": "cuda", "job_id": "first"}):  # times: exclusive
                 thread = threading.Thread(target=lambda: failed.append(job_fails(worker, {"runs": [], "seed": 0})))
                 thread.start()
                 time.sleep(1.0)
@@ -88,5 +88,5 @@ def test_a_gpu_job_reports_its_wait_for_the_lock_and_its_hold_of_it(tmp_path, mo
             reports[device] = worker.gpu_lock
     assert reports["cuda"]["lock_wait"] >= 0.9 and reports["cuda"]["lock_held"] > 0
     assert reports["cpu"] == {}
-    runner._GPUS = None
+    gpu_lock._GPUS = None
 

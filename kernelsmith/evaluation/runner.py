@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import fcntl
 import json
 import os
 import secrets
@@ -29,7 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from kernelsmith.evaluation import toolchain
+from kernelsmith.evaluation import gpu_lock, toolchain
 from kernelsmith.sandbox import jail
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -504,53 +503,17 @@ CPU_ONLY_JOBS = ("build", "prepare")
 
 @contextlib.contextmanager
 def compute_lock(job: dict):
-    """One job at a time on a GPU, across threads and processes, held by the parent from sending a job
-    to its worker's exit. A worker runs no candidate code before its job arrives and nothing of it
-    survives its exit (its PID namespace ends), so all GPU work of every job lies inside the lock:
-    evaluations may share a GPU (LocalSandbox evals_per_gpu) and overlap only where the GPU is idle,
-    starting workers and importing torch. The lock files live where no jail can see them.
+    """The GPU's lock (evaluation/gpu_lock.py), held by the parent from sending a job to its worker's exit:
+    exclusive for every job that times, shared among the jobs that only compute and compare. A worker
+    runs no candidate code before its job arrives and nothing of it survives its exit (its PID namespace
+    ends), so all GPU work of every job lies inside its hold: evaluations may share a GPU (LocalSandbox
+    evals_per_gpu) and their verifies overlap, but nothing runs on a GPU while a profile times there.
     Yields whether a lock was taken (False for CPU jobs)."""
     if job.get("device") != "cuda" or job["kind"] in CPU_ONLY_JOBS:
         yield False
         return
-    folder = Path(os.environ.get("KERNELSMITH_COMPUTE_LOCK_DIR", "/tmp/kernelsmith-compute"))
-    folder.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as held:
-        for gpu in gpu_keys(_worker_env(job).get("CUDA_VISIBLE_DEVICES")):  # sorted: no two holders deadlock
-            handle = held.enter_context(open(folder / f"gpu-{gpu.replace('/', '_')}.lock", "w"))
-            fcntl.flock(handle, fcntl.LOCK_EX)  # blocking: the holder's own timeout bounds the wait
-            held.callback(fcntl.flock, handle, fcntl.LOCK_UN)
+    with gpu_lock.hold(gpu_lock.gpu_keys(_worker_env(job).get("CUDA_VISIBLE_DEVICES")), gpu_lock.shared(job["kind"])):
         yield True
-
-
-def gpu_keys(visible: str | None) -> list[str]:
-    """The GPUs a worker with this CUDA_VISIBLE_DEVICES can use, by UUID where nvidia-smi names them, so
-    that every spelling of one GPU (its index, its UUID or a prefix of it, no CUDA_VISIBLE_DEVICES at all)
-    takes the same lock. Without nvidia-smi, the spelling itself ("all" when unset)."""
-    table = _gpu_table()
-    if not table:
-        return [visible if visible is not None else "all"]
-    if visible is None:
-        return sorted(uuid for _, uuid in table)
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    keys = {next((uuid for index, uuid in table if e == index or uuid.startswith(e)), e) for e in entries}
-    return sorted(keys) or ["none"]
-
-
-_GPUS: list | None = None
-
-
-def _gpu_table() -> list[tuple[str, str]]:
-    """(index, UUID) of every GPU nvidia-smi lists, read once per process; [] without nvidia-smi."""
-    global _GPUS
-    if _GPUS is None:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        _GPUS = [tuple(part.strip() for part in line.split(",", 1)) for line in out.splitlines() if "," in line]
-    return _GPUS
 
 
 _THREAD = threading.local()

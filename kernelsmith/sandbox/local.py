@@ -3,8 +3,8 @@
 Slots. Builds hold one of `build_workers` build slots (a semaphore): nvcc and g++ run on CPU
 cores, several at once. Evaluations take one evaluation slot from a queue: one slot per GPU,
 so exactly one evaluation uses a GPU at a time and timings never share it. With evals_per_gpu=K
-a GPU has K slots, and K evaluations overlap there where the GPU is idle (starting workers,
-importing torch); their jobs still run one at a time (runner.compute_lock). A GPU slot pins
+a GPU has K slots, and K evaluations overlap there: in starting workers and importing torch, and in
+their verifies, which share the GPU; a profile or a baseline has it alone (evaluation/gpu_lock.py). A GPU slot pins
 its GPU for the workers of that evaluation with CUDA_VISIBLE_DEVICES (runner.extra_env, which
 is per thread, so concurrent evaluations in other threads keep their own GPU). On the CPU
 device without `gpus` there is one unpinned slot.
@@ -100,7 +100,7 @@ class LocalSandbox(Submitting):
         self.device = device
         # device "cpu" with gpus: one pinned slot per entry (splits CPU evaluations; tests the pinning)
         self.slots = gpu_slots(gpus) if device == "cuda" or gpus is not None else [Slot("cpu")]
-        if device == "cuda" and evals_per_gpu > 1:  # jobs still run one at a time per GPU (runner.compute_lock)
+        if device == "cuda" and evals_per_gpu > 1:  # verifies overlap, a profile has the GPU alone (gpu_lock.py)
             self.slots = [replace(slot, label=f"{slot.label}.{k}") for slot in self.slots for k in range(evals_per_gpu)]
         if not self.slots:
             raise RuntimeError("no visible GPU for the local sandbox (nvidia-smi -L lists none, "
