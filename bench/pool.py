@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -58,6 +59,7 @@ def lanes_run(reference: Path, candidate: Path, opts: EvalOptions, jobs: int, ev
         for copy in copies:  # untimed: its build, baselines and first spares, as in a session under way
             first = pool.submit_evaluate(reference=reference, candidate=copy, opts=opts).result()
             assert first.clean, first.error
+            progress(f"{copy.parent.name} set up: {_brief(first.seconds)}")
         results: list = []
         start = time.perf_counter()
         threads = [threading.Thread(target=_lane, args=(pool, reference, copy, opts, jobs, results)) for copy in copies]
@@ -77,6 +79,19 @@ def _lane(pool, reference: Path, candidate: Path, opts: EvalOptions, jobs: int, 
     for n in range(jobs):
         edit(candidate, n)
         results.append(pool.submit_evaluate(reference=reference, candidate=candidate, opts=opts).result())
+        progress(f"{candidate.parent.name} evaluation {n + 1}: {_brief(results[-1].seconds)}")
+
+
+START = time.perf_counter()
+
+
+def progress(line: str) -> None:
+    """A line on stderr as each step ends: a call cut off by its time limit still shows where the time went."""
+    print(f"[{time.perf_counter() - START:7.1f} s] {line}", file=sys.stderr, flush=True)
+
+
+def _brief(seconds: dict) -> str:
+    return ", ".join(f"{k} {v:.1f}" for k, v in seconds.items() if k in ("build", "verify", "profile", "baselines"))
 
 
 PHASES = ("verify", "profile", "profile.ready_wait", "profile.worker.timed", "profile.checksums",
@@ -143,11 +158,14 @@ def main() -> None:
     parser.add_argument("--sharing", default="shared",
                         help="comma-separated GPU lock modes, one set of runs each: shared (verifies overlap, "
                              "gpu_lock.py) and exclusive (every job alone on the GPU)")
+    parser.add_argument("--compile", action="store_true",
+                        help="time the torch.compile baselines too: measured once per task by the first lane's "
+                             "set-up and cached, so they only lengthen the set-up (minutes with max-autotune)")
     parser.add_argument("--no-kill", action="store_true", help="skip the killed-worker run")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
     gpus = [int(g) for g in args.gpus.split(",") if g]
-    opts = EvalOptions(device=args.device, spare_workers=True)
+    opts = EvalOptions(device=args.device, spare_workers=True, compile_baseline=args.compile)
     args.out.mkdir(parents=True, exist_ok=True)
     runs: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
