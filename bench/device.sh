@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm
 # Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -44,6 +44,15 @@ case "$STEP" in
     timeout ${LIMIT:-400} python3 bench/pool.py --reference $C/model.py --candidate $C/model_new.py \
       --jobs ${JOBS:-4} --evals-per-gpu ${LANES:-1,2,3} --gpus "${GPUS:-0}" --no-kill --out "$OUT" 2>&1 \
       | grep -v Warn | tee "$OUT/pool.log" | tail -8 ;;
+  pool-sharing)  # issue 17: the pool on level2/45, 3 lanes, with one job per GPU (exclusive) and with the GPU's
+                 # readers-writer lock (shared verifies) side by side; compile baselines off (set-up only).
+                 # About 2 x (2 min set-up + 2 min of 15 evaluations); a progress line per evaluation.
+    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    K=.dev/kernelbench; C=bench/candidates/level2_45_Gemm_Sigmoid_LogSumExp
+    cp $K/level2/45_Gemm_Sigmoid_LogSumExp.py $C/model.py
+    timeout ${LIMIT:-560} python3 bench/pool.py --reference $C/model.py --candidate $C/model_new.py \
+      --jobs ${JOBS:-5} --evals-per-gpu ${LANES:-3} --sharing ${SHARING:-exclusive,shared} --gpus "${GPUS:-0}" \
+      --no-kill --out "$OUT" 2>&1 | grep --line-buffered -v Warn > "$OUT/pool.log"; tail -12 "$OUT/pool.log" ;;
   builtin-gpu-tests)  # the CUDA generator's kernels built and compared with torch, every variant
     timeout 560 python3 -m pytest tests/gpu/test_builtin_cuda_gpu.py -q -rA -p no:cacheprovider 2>&1 \
       | tee "$OUT/builtin_gpu_tests.log" | tail -25 ;;
