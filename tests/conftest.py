@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import textwrap
@@ -196,3 +197,10 @@ def job_fails(worker, rest: dict) -> bool:
     except runner.JobFailed:
         return True
     return False
+
+
+def default_sigint() -> None:
+    """preexec_fn for a CLI a test sends ^C: SIGINT back to its default, so Python raises KeyboardInterrupt
+    in it however the test runner was started (a runner started with `&` from a script ignores SIGINT,
+    and its children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TASK
+from conftest import TASK, default_sigint
 
 SESSION_RECORDS = "*/*/run0/.kernelsmith/sessions/*/events.jsonl"
 from kernelsmith.gitops import KernelRepo
@@ -185,6 +185,7 @@ def test_ctrl_c_ends_the_running_session_at_its_turn_and_resume_continues_that_s
     args = ["bench", task_set / "tasks", "--backend", "scripted", "--script", task_set / "script.json",
             "--device", "cpu", "--workers", "1", "--out", out, "--no-lint"]
     proc = subprocess.Popen(CLI + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint,
                             env={**ENV, "PYTHONUNBUFFERED": "1"})
     seen = []
     for line in proc.stdout:  # the first finished task's line

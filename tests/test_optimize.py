@@ -15,6 +15,7 @@ from pathlib import Path
 import git
 import pytest
 
+from conftest import default_sigint
 from fakeapi import FakeAPI
 from kernelsmith.backends.scripted import ScriptedBackend
 from kernelsmith.gitops import KernelRepo
@@ -282,7 +283,7 @@ def test_ctrl_c_records_the_end_and_the_session_resumes(tmp_path):
         {"text": "done", "tool_calls": [{"name": "finish", "arguments": {"summary": "after the interrupt"}}]}])
     args = ["--workdir", workdir, "--backend", "scripted", "--script", script, "--json"]
     proc = subprocess.Popen(CLI + ["optimize", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=NO_KEYS)
+                            text=True, env=NO_KEYS, preexec_fn=default_sigint)
     record = wait_for(lambda: next(session_paths(workdir), None))
     wait_for(lambda: any(e["kind"] == "model_turn" for e in read_events(record)))
     time.sleep(0.5)
