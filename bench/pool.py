@@ -30,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+from kernelsmith.evaluation import gpu_lock
 from kernelsmith.evaluation.options import EvalOptions
 
 from kernelsmith.sandbox.local import LocalSandbox
@@ -207,15 +208,18 @@ def table(runs: dict) -> str:
         lines.append(f"| {name} | {run['jobs']} | {run['verified']} | {run['wall_s']:.1f} | "
                      f"{run['evals_per_gpu_hour']:.0f} | {run['s_per_eval']:.2f} | {statistics.median(times):.4f} "
                      f"({min(times):.4f}-{max(times):.4f}) | {run['phase_s'].get('profile.ready_wait', '-')} | "
-                     f"{_held(run['phase_s'], shared=True):.2f} + {_held(run['phase_s'], shared=False):.2f} | "
+                     f"{_held(run['phase_s'], run['sharing'], True):.2f} + {_held(run['phase_s'], run['sharing'], False):.2f} | "
                      f"{run['contended']} | {len(run['failed'])} |")
     return "\n".join(lines)
 
 
-def _held(phases: dict, shared: bool) -> float:
-    """Median seconds per evaluation the lock was held in the shared mode (verify, checksums) or exclusively."""
-    return sum(v for k, v in phases.items() if k.endswith("lock_held") and
-               (k.startswith("verify.") or k.startswith("profile.checksums.")) == shared)
+def _held(phases: dict, mode: str, shared: bool) -> float:
+    """Median seconds per evaluation the lock was held shared, or exclusively, by the jobs of a run in this
+    lock mode; a phase is named after its job ("verify.judge.lock_held", "profile.lock_held")."""
+    def held_shared(name: str) -> bool:
+        return mode != "exclusive" and name.split(".")[-2] in gpu_lock.SHARED_JOBS
+
+    return sum(v for k, v in phases.items() if k.endswith("lock_held") and held_shared(k) == shared)
 
 
 if __name__ == "__main__":

@@ -204,3 +204,22 @@ def default_sigint() -> None:
     in it however the test runner was started (a runner started with `&` from a script ignores SIGINT,
     and its children inherit that)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+GPU_A, GPU_B = "GPU-aaaa1111-2222-3333-4444-555566667777", "GPU-bbbb1111-2222-3333-4444-555566667777"
+
+
+@pytest.fixture
+def two_gpus(tmp_path, monkeypatch):
+    """A fake nvidia-smi on PATH that names two GPUs (GPU_A, GPU_B), and the GPU locks in tmp_path."""
+    from kernelsmith.evaluation import gpu_lock
+
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho '0, {GPU_A}'\necho '1, {GPU_B}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("KERNELSMITH_COMPUTE_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setattr(gpu_lock, "_GPUS", None)
+    yield
+    gpu_lock._GPUS = None

@@ -11,23 +11,10 @@ import time
 
 import pytest
 
-from conftest import job_fails
+from conftest import GPU_A, GPU_B, job_fails
 from kernelsmith.evaluation import gpu_lock, runner
 
-A, B = "GPU-aaaa1111-2222-3333-4444-555566667777", "GPU-bbbb1111-2222-3333-4444-555566667777"
-
-
-@pytest.fixture
-def two_gpus(tmp_path, monkeypatch):
-    fake = tmp_path / "bin" / "nvidia-smi"
-    fake.parent.mkdir()
-    fake.write_text(f"#!/bin/sh\necho '0, {A}'\necho '1, {B}'\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
-    monkeypatch.setenv("KERNELSMITH_COMPUTE_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.setattr(gpu_lock, "_GPUS", None)
-    yield
-    gpu_lock._GPUS = None
+A, B = GPU_A, GPU_B
 
 
 @pytest.mark.parametrize("visible, keys", [("0", [A]), (A, [A]), ("GPU-aaaa", [A]), ("1,0", [A, B]),

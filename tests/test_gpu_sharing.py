@@ -16,26 +16,19 @@ import time
 
 import pytest
 
-from kernelsmith.evaluation import gpu_lock, runner
+from conftest import GPU_A, GPU_B
+from kernelsmith.evaluation import runner
 
-A, B = "GPU-aaaa1111-2222-3333-4444-555566667777", "GPU-bbbb1111-2222-3333-4444-555566667777"
+A, B = GPU_A, GPU_B
 SHARED = ("candidate", "judge", "checksums", "lint")
 EXCLUSIVE = ("profile", "baselines", "rubric", "a-kind-added-later")  # what times, and what no one named
 
 
 @pytest.fixture(autouse=True)
-def two_gpus(tmp_path, monkeypatch):
-    fake = tmp_path / "bin" / "nvidia-smi"
-    fake.parent.mkdir()
-    fake.write_text(f"#!/bin/sh\necho '0, {A}'\necho '1, {B}'\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
-    monkeypatch.setenv("KERNELSMITH_COMPUTE_LOCK_DIR", str(tmp_path / "locks"))
+def one_gpu_pinned(two_gpus, monkeypatch):
+    """Two GPUs by nvidia-smi; a holder uses the first unless it says otherwise; sharing as shipped."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.delenv("KERNELSMITH_GPU_SHARING", raising=False)
-    monkeypatch.setattr(gpu_lock, "_GPUS", None)
-    yield
-    gpu_lock._GPUS = None
 
 
 def job(kind: str) -> dict:

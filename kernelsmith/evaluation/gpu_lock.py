@@ -46,11 +46,12 @@ def folder() -> Path:
 @contextlib.contextmanager
 def hold(keys: list[str], share: bool):
     """Each GPU of `keys` (sorted, so no two holders deadlock) in its turn: shared or exclusive."""
+    where = folder()
     with contextlib.ExitStack() as held:
         for key in sorted(keys):
             name = key.replace("/", "_")
-            lock = held.enter_context(open(folder() / f"gpu-{name}.lock", "w"))
-            with open(folder() / f"gpu-{name}.gate", "w") as gate:
+            lock = held.enter_context(open(where / f"gpu-{name}.lock", "w"))
+            with open(where / f"gpu-{name}.gate", "w") as gate:
                 fcntl.flock(gate, fcntl.LOCK_EX)  # blocking: the holder's own timeout bounds the wait
                 fcntl.flock(lock, fcntl.LOCK_SH if share else fcntl.LOCK_EX)
             held.callback(fcntl.flock, lock, fcntl.LOCK_UN)  # (closing the gate let it go)
