@@ -51,6 +51,8 @@ def entry_of(row: dict, tasks: Path, device: str, precision: str, origin: str, m
         return None, f"task not loadable: {str(err).splitlines()[0][:80]}"
     entry = {"eager_ms": row["eager_ms"], "compile_ms": {m: row[f"compile_{m}_ms"] for m in COMPILE_MODES},
              "warmup_s": row.get("warmup_s", {}), "measured_at": measured_at, "seeded_from": origin}
+    if row.get("timers"):  # rows timed before both timers were taken seed entries a session measures again
+        entry["timers"] = row["timers"]
     return cache_key(digest, row["gpu"], row["torch"]), entry
 
 

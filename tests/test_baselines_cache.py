@@ -18,7 +18,7 @@ from kernelsmith.agent.env import eval_options
 from kernelsmith.agent.run import prepare_workdir
 from kernelsmith.config import Settings, load_settings
 from kernelsmith.evaluation.options import COMPILE_MODES, EvalOptions
-from kernelsmith.evaluation.baselines import apply_baselines, cache_key, task_key, update_cache
+from kernelsmith.evaluation.baselines import TIMERS, apply_baselines, cache_key, credited, task_key, update_cache
 from kernelsmith.evaluation.result import EvalResult
 
 SEED = Path(__file__).parent.parent / "bench" / "seed_baselines.py"
@@ -54,7 +54,8 @@ def _rows_and_tasks(tmp_path: Path, eager_ms: float = 0.5) -> tuple[Path, Path]:
     good = {"level": "level1", "task": "1_axpb", "eager_ms": eager_ms, "eager_p10": eager_ms, "eager_p90": eager_ms,
             "runs": 100, "gpu": GPU, "torch": TORCH, "lint_flags": [],
             "warmup_s": {"eager": 0.01, "compile:default": 2.0, "compile:max-autotune-no-cudagraphs": 9.0},
-            "compile_default_ms": 0.4, "compile_max-autotune-no-cudagraphs_ms": 0.3, "wall_s": 20.0}
+            "compile_default_ms": 0.4, "compile_max-autotune-no-cudagraphs_ms": 0.3, "wall_s": 20.0,
+            "timers": TIMERS}
     one_mode = {**good, "task": "2_one_mode"}
     del one_mode["compile_max-autotune-no-cudagraphs_ms"]
     (tasks / "level1" / "2_one_mode.py").write_text(TASK)
@@ -186,7 +187,7 @@ def _cached_task(tmp_path: Path, eager_ms: float):
     reference = _workdir_reference(tmp_path, tasks)
     opts = EvalOptions(device="cpu", cache_path=tmp_path / "baselines.json", compile_baseline=False)
     key = cache_key(task_key(reference, opts), GPU, TORCH)
-    update_cache(opts.cache_path, key, {"eager_ms": eager_ms, "compile_ms": {}})
+    update_cache(opts.cache_path, key, {"eager_ms": eager_ms, "compile_ms": {}, "timers": TIMERS})
     return reference, opts
 
 
@@ -218,3 +219,35 @@ def test_a_clean_eager_slower_than_the_live_one_is_remeasured_then_contended(tmp
     assert fresh == [1] and any(n.startswith("baselines re-measured") for n in result.notes)
     assert "busy" in result.contended and "clean process" in result.contended
     assert json.loads(opts.cache_path.read_text())[cache_key(task_key(reference, opts), GPU, TORCH)]["eager_ms"] == 0.8
+
+
+def test_a_baseline_is_credited_at_the_faster_of_its_two_timers():
+    """The queued timer hides compile's host path as do_bench does; the sync before the start event shows
+    it. The faster median is credited, so a candidate must beat the baseline at its best."""
+    timings = {"eager": {"median": 0.50}, "eager@queued": {"median": 0.49},
+               "compile:default": {"median": 0.42}, "compile:default@queued": {"median": 0.40}}
+    assert credited(timings, "eager") == 0.49 and credited(timings, "compile:default") == 0.40
+    assert credited({"eager": {"median": 0.5}}, "eager") == 0.5  # the CPU: one timer
+
+
+def test_an_entry_timed_by_one_timer_is_measured_again(tmp_path, monkeypatch):
+    """Before both timers were taken, compile was timed up to 5.5% slow on the H200: such an entry would
+    credit speed-ups over compile that its best timing does not support. It is re-measured, and the
+    session warm-up does not count it as cached."""
+    from kernelsmith.evaluation import baselines
+
+    reference, opts = _cached_task(tmp_path, eager_ms=0.5)
+    key = cache_key(task_key(reference, opts), GPU, TORCH)
+    update_cache(opts.cache_path, key, {"eager_ms": 0.5, "compile_ms": {}})  # no "timers": the old format
+    fresh = []
+    monkeypatch.setattr(baselines, "measure_baselines", lambda *a, **k: fresh.append(k) or
+                        {"eager_ms": 0.48, "compile_ms": {}, "warmup_s": {}, "timers": TIMERS,
+                         "platform": [GPU, TORCH]})
+    result = _profiled_result(0.5)
+    apply_baselines(reference, opts, _profile(0.5), result)
+    assert len(fresh) == 1 and any("one timer" in n for n in result.notes), result.notes
+    assert result.speedup_vs_eager == 0.48 / 0.2
+    assert json.loads(opts.cache_path.read_text())[key]["timers"] == TIMERS
+    update_cache(opts.cache_path, key, {"eager_ms": 0.5, "compile_ms": {}})
+    baselines.warm(reference, opts)
+    assert fresh[-1]["skip_platforms"] == []  # the warm-up measures it again too

@@ -88,7 +88,7 @@ def _budget(job: dict) -> tuple[int, float]:
 
 def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flusher,
                min_runs: int, min_seconds: float, between=None, watches: dict | None = None,
-               clock=None, record=None, fresh: frozenset = frozenset()) -> dict:
+               clock=None, record=None, fresh: frozenset = frozenset(), queued: frozenset = frozenset()) -> dict:
     """Time every contender round-robin in random order until the budget is met.
 
     Each timed run is bracketed from outside this process by the parent's clock (ParentClock): the
@@ -96,7 +96,8 @@ def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flu
     and the cache flush before it. watches[name], a context manager, is entered before that
     contender's timed call and left after it: outside the timed interval, so watching costs the
     contender no time. between(name, run) runs after each run, outside the bracket (spot checks). The
-    contenders named in `fresh` get a fresh input draw for every run (InputPool)."""
+    contenders named in `fresh` get a fresh input draw for every run (InputPool); those named in `queued`
+    are timed without the device sync before the start event (trusted contenders only: Clocks)."""
     samples = {name: {"device": [], "full": [], "host": []} for name in contenders}
     order = list(contenders)
     rng = random.Random(len(order))
@@ -108,7 +109,8 @@ def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flu
             flusher.flush()
             with (clock.batch(name) if clock else nullcontext()):
                 with (watches or {}).get(name) or nullcontext():
-                    dev_ms, full_ms, host_ms, out = clocks.time_call(contenders[name], inputs)
+                    dev_ms, full_ms, host_ms, out = (clocks.time_call(contenders[name], inputs, settle=False)
+                                                     if name in queued else clocks.time_call(contenders[name], inputs))
                 if record:
                     record(name, pool.last if name in fresh else None, out)
             for key, value in (("device", dev_ms), ("full", full_ms), ("host", host_ms)):
@@ -411,6 +413,17 @@ class SpotChecker:
             self.failure = f"wrong output at a spot check after timed run {run} (caching or replay?): {verdict['reason']}"
 
 
+QUEUED = "@queued"  # suffix of a baseline timed without the sync before its start event
+
+
+def _queued_twins(contenders: dict) -> dict:
+    """Each baseline again, timed as triton's do_bench times it: the host's path to the first kernel
+    (dynamo's guards, Inductor's wrapper, the dispatcher) overlaps the cache flush still running on the
+    GPU. Only trusted code may be timed so (side-stream work could run before the start event); the
+    parent credits the faster of the two timers, so a candidate must beat a baseline at its best."""
+    return {name + QUEUED: fn for name, fn in contenders.items()}
+
+
 def run_baselines(job: dict) -> dict:
     """Eager and torch.compile modes, interleaved, in a worker with no candidate code."""
     device, precision = job["device"], job["precision"]
@@ -430,7 +443,8 @@ def run_baselines(job: dict) -> dict:
     with gpu_lock(device):
         flusher = L2Flusher(device)
         warm_s.update({name: _warm(fn, pool, clocks) for name, fn in contenders.items() if name not in warm_s})
-        samples = interleave(contenders, pool, clocks, flusher, *_budget(job))
+        queued = _queued_twins(contenders) if device == "cuda" else {}
+        samples = interleave({**contenders, **queued}, pool, clocks, flusher, *_budget(job), queued=frozenset(queued))
     report = lint.lint_task(job) if job.get("lint") else None
     return {**_platform(device), "warmup_s": warm_s, "lint": report,
             "timings": {name: summarize(s["device"]) for name, s in samples.items()}}

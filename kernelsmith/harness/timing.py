@@ -42,8 +42,8 @@ class Clocks:
         else:
             self.synchronize = lambda: None
 
-    def time_call(self, fn, args) -> tuple[float, float, float, object]:
-        """(stream ms, device-wide ms, host ms, output) of one call.
+    def time_call(self, fn, args, settle: bool | None = None) -> tuple[float, float, float, object]:
+        """(stream ms, device-wide ms, host ms, output) of one call. settle overrides the clocks' own.
 
         The stream interval is start/end events on the current stream. The
         device-wide interval ends with an event recorded after a full device
@@ -57,7 +57,7 @@ class Clocks:
             host = (self.perf_counter() - t0) * 1e3
             return host, host, host, out
         start, end, after = (self.event_cls(enable_timing=True) for _ in range(3))
-        if self.settle:
+        if self.settle if settle is None else settle:
             self.synchronize()
         t0 = self.perf_counter()
         self.record(start)

@@ -220,8 +220,9 @@ class ModelNew(Base):
 '''
 
 
-def test_honest_cuda_kernel_with_compile_baselines(task_dir):
-    result = run(task_dir, HONEST, compile_baseline=True)
+def test_honest_cuda_kernel_with_compile_baselines(task_dir, tmp_path):
+    cache = tmp_path / "baselines.json"
+    result = run(task_dir, HONEST, compile_baseline=True, cache_path=cache)
     assert result.clean, result.error
     assert result.gpu.startswith("NVIDIA"), result.gpu
     for key in ("candidate", "eager", "compile:default", "compile:max-autotune-no-cudagraphs"):
@@ -230,6 +231,13 @@ def test_honest_cuda_kernel_with_compile_baselines(task_dir):
     assert result.roofline["min_bytes"] == 2 * 8192 * 4096 * 4 + 4096 * 4
     assert 0 < result.roofline["pct_of_bandwidth"] < 120
     assert result.reward in (1.0, 2.0, 3.0)
+    # every baseline timed by both timers (a sync before the start event, and queued as do_bench times),
+    # the faster credited
+    (entry,) = json.loads(cache.read_text()).values()
+    by_timer = entry["by_timer"]
+    assert entry["eager_ms"] == min(by_timer["eager"], by_timer["eager@queued"]) == result.timings_ms["eager"]
+    for mode, ms in entry["compile_ms"].items():
+        assert ms == min(by_timer[f"compile:{mode}"], by_timer[f"compile:{mode}@queued"])
 
 
 def test_verify_hands_every_trial_to_the_judge_in_device_memory(task_dir, monkeypatch):
