@@ -125,6 +125,12 @@ case "$STEP" in
         printf '%s ' "$C/$t/model.py:$C/$t/model_new.py"; done) --out "$OUT" \
         > "$OUT/versions.log" 2>&1; grep -v Warn "$OUT/versions.log" | tail -16
     fi ;;
+  timer-agreement)  # issue 16: the baseline timers (settled, queued, credited, and the baselines job itself)
+                    # against triton's do_bench on three dev tasks, eager and compile default, one call
+    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    K=.dev/kernelbench
+    timeout ${LIMIT:-560} python3 bench/timer_agreement.py $K/level1/21_Sigmoid.py $K/level1/89_cumsum.py \
+      $K/level2/45_Gemm_Sigmoid_LogSumExp.py --out "$OUT" 2>&1 | grep --line-buffered -v -i warn | tee "$OUT/timer.log" ;;
   redteam)    # the red team on the GPU (one kernels/ build shared by its candidates), then one eager-drift run
     command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
     timeout 330 python3 bench/redteam.py --device cuda --out "$OUT" > "$OUT/redteam.log" 2>&1; grep -v Warn "$OUT/redteam.log" | tail -12
