@@ -53,7 +53,7 @@ def render_timings(result: EvalResult) -> None:
         if name == "compile":
             continue
         spread = result.spread_ms.get(name)
-        speed = None if name == "candidate" or not cand else ms / cand
+        speed = None if name.startswith("candidate") or not cand else ms / cand
         table.add_row(name, _fmt_ms(ms), f"{_fmt_ms(spread[0])} - {_fmt_ms(spread[1])}" if spread else "",
                       _fmt_x(speed) if speed else "")
     console.print(table)

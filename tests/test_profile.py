@@ -397,6 +397,67 @@ def test_the_clock_check_reads_a_busy_machines_bimodal_overheads_by_their_shift(
     assert "parent's clock" in (checks.clock_disagreement({"batches": host}, shifted) or "")
 
 
+def test_work_outside_the_timed_window_below_the_violation_bound_is_charged_to_the_candidate():
+    """The violation bound leaves room for the parent's clock's noise (at least 0.2 ms a run). Work moved out
+    of the events' window into that room is not rejected, but it is the candidate's time: it is charged,
+    so hiding it gains nothing. Honest noise is not charged."""
+    from kernelsmith.evaluation import checks
+
+    rng = random.Random(3)
+    host = {"candidate": [0.1] * 80, "eager": [0.3] * 80}
+    def overheads(base, hidden):
+        return [base + 0.05 + hidden + rng.gauss(0, 0.01) for _ in range(80)]
+    honest = {"candidate": overheads(0.1, 0.0), "eager": overheads(0.3, 0.0)}
+    assert checks.unreported_time({"batches": host}, honest) < 0.005
+    hiding = {"candidate": overheads(0.1, 0.15), "eager": overheads(0.3, 0.0)}  # 0.15 ms a run after the end event
+    assert checks.clock_disagreement({"batches": host}, hiding) is None  # within the violation bound
+    assert 0.14 < checks.unreported_time({"batches": host}, hiding) < 0.16
+    assert checks.unreported_time({"batches": host}, {"candidate": [1.0]}) == 0.0  # mismatched counts: no charge
+
+
+def test_a_patched_harness_method_that_finishes_the_output_after_the_window_is_charged(candidate, run_eval):
+    """The candidate returns an unwritten output from its timed call (nothing to time) and finishes it in
+    the harness's own checksum step, which it replaced: after the end event, with the op watch off, its
+    work is still inside the parent's bracket. Its output is right and its work below the clock check's
+    violation bound; the work is charged to it (or, past the bound, rejected)."""
+    result = run_eval(candidate('''
+        import sys, time
+        _stash = []
+
+        def _timed():
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_name != "time_call":
+                frame = frame.f_back
+            return frame is not None
+
+        _profile = sys.modules["kernelsmith.harness.profile"]
+        _original = _profile.Checksums.record
+        def _record(self, name, seed, out, _original=_original):
+            if name == "candidate" and _stash:
+                x, bias = _stash.pop()
+                kernel("axpb", x, bias, out=out)
+                end = time.perf_counter() + 0.00015  # a kernel of 0.15 ms, run where nothing times it
+                while time.perf_counter() < end:
+                    pass
+            return _original(self, name, seed, out)
+        _profile.Checksums.record = _record
+
+        class ModelNew(Base):
+            def forward(self, x):
+                if _timed():
+                    _stash.append((x, self.bias.detach()))
+                    return torch.empty_like(x)
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=60)
+    assert result.correct, result.error
+    if result.clean:
+        charged = result.timings_ms["candidate"] - result.timings_ms["candidate_reported"]
+        assert charged > 0.075, (result.timings_ms, result.notes)
+        assert any("charged to the candidate" in n for n in result.notes), result.notes
+    else:
+        assert any("parent's clock" in v for v in result.violations), result.violations
+
+
 @pytest.mark.parametrize("make", [
     lambda g: torch.randn(4096, 2048, generator=g),  # many rows
     lambda g: torch.randn(4096, 2048, generator=g) + 1000.0,  # a large mean: cancellation in the sum

@@ -14,6 +14,8 @@ import statistics
 
 MIN_SLACK_MS = 0.2  # per run: the pipe round trip and scheduling jitter of two processes
 REL_SLACK = 0.15  # of the candidate's own run time
+CLOCK_SIGMAS = 5.0  # a disagreement beyond this many sigmas of the shift (and the slack) is a violation
+CHARGE_SIGMAS = 2.0  # the candidate's extra time beyond this many is charged to it (unreported_time)
 SPREAD_BUSY = 0.5  # (p90 - p10) / median above this for eager means the machine was busy
 # Timed runs whose outputs a trusted process recomputes, drawn after the candidate has reported every
 # checksum. A candidate must fake more than half of its timed runs to move the median it is credited
@@ -66,16 +68,38 @@ def clock_disagreement(prof: dict, parent: dict[str, list[float]]) -> str | None
     reported = prof.get("batches") or {}
     if not parent or set(parent) != set(reported) or any(len(parent[n]) != len(reported[n]) for n in reported):
         return "the profile worker's timed runs do not match what the parent's clock saw"
-    cand = _overheads(reported["candidate"], parent["candidate"])
-    eager = _overheads(reported["eager"], parent["eager"])
-    extra = _shift(cand, eager)
-    noise = 5 * (_sigma(cand) + _sigma(eager)) / max(1, min(len(cand), len(eager))) ** 0.5
+    extra, noise = _extra_time(reported, parent, CLOCK_SIGMAS)
     slack = max(MIN_SLACK_MS, REL_SLACK * statistics.median(reported["candidate"])) + noise
     if extra > slack:
         return (f"the candidate's timed runs took {extra:.3g} ms longer each by the parent's clock than its "
                 f"process reported, beyond eager's (allowed {slack:.3g} ms): a patched clock or work done "
                 "outside the timed window")
     return None
+
+
+def _extra_time(reported: dict, parent: dict, sigmas: float) -> tuple[float, float]:
+    """(the candidate's extra time per run beyond what its process reported, beyond eager's; its noise):
+    the shift of the two contenders' bracket overheads, and sigmas x the robust spread of that shift."""
+    cand = _overheads(reported["candidate"], parent["candidate"])
+    eager = _overheads(reported["eager"], parent["eager"])
+    noise = sigmas * (_sigma(cand) + _sigma(eager)) / max(1, min(len(cand), len(eager))) ** 0.5
+    return _shift(cand, eager), noise
+
+
+def unreported_time(prof: dict, parent: dict[str, list[float]]) -> float:
+    """Milliseconds per timed run to charge to the candidate: its work outside the timed window that the
+    parent's clock saw (beyond eager's harness work in the same brackets, beyond the clock's noise).
+
+    clock_disagreement rejects only what no noise explains (MIN_SLACK_MS, REL_SLACK), so below that
+    bound a candidate could move its work out of the events' window for free: finish its output in a
+    patched harness method that runs after the end event, say (0.05 ms per run of a 0.1 ms kernel). Such
+    work is the candidate's, whatever in its process ran it; charging it leaves no gain in hiding it."""
+    reported = prof.get("batches") or {}
+    if not parent or not all(reported.get(n) and len(parent.get(n, ())) == len(reported[n])
+                             for n in ("candidate", "eager")):
+        return 0.0
+    extra, noise = _extra_time(reported, parent, CHARGE_SIGMAS)
+    return max(0.0, extra - noise)
 
 
 def busy(timings: dict) -> str:
