@@ -86,19 +86,26 @@ def _extra_time(reported: dict, parent: dict, sigmas: float) -> tuple[float, flo
     return _shift(cand, eager), noise
 
 
-def unreported_time(prof: dict, parent: dict[str, list[float]]) -> float:
+def unreported_time(prof: dict, parent: dict[str, list[float]], cycles: dict[str, list[float]] | None = None) -> float:
     """Milliseconds per timed run to charge to the candidate: its work outside the timed window that the
     parent's clock saw (beyond eager's harness work in the same brackets, beyond the clock's noise).
 
     clock_disagreement rejects only what no noise explains (MIN_SLACK_MS, REL_SLACK), so below that
     bound a candidate could move its work out of the events' window for free: finish its output in a
     patched harness method that runs after the end event, say (0.05 ms per run of a 0.1 ms kernel). Such
-    work is the candidate's, whatever in its process ran it; charging it leaves no gain in hiding it."""
+    work is the candidate's, whatever in its process ran it; charging it leaves no gain in hiding it.
+    `cycles` (ParentClock.cycles) also cover the time between brackets, where the worker draws the next
+    inputs and flushes the cache: an answer computed as the inputs are made (a patched input pool) is
+    charged too. Between runs both contenders' harness work is alike, so only the shift counts."""
     reported = prof.get("batches") or {}
-    if not parent or not all(reported.get(n) and len(parent.get(n, ())) == len(reported[n])
-                             for n in ("candidate", "eager")):
+    charges = [_charge(reported, timed) for timed in (parent, cycles) if timed]
+    return max(charges, default=0.0)
+
+
+def _charge(reported: dict, timed: dict[str, list[float]]) -> float:
+    if not all(reported.get(n) and len(timed.get(n, ())) == len(reported[n]) for n in ("candidate", "eager")):
         return 0.0
-    extra, noise = _extra_time(reported, parent, CHARGE_SIGMAS)
+    extra, noise = _extra_time(reported, timed, CHARGE_SIGMAS)
     return max(0.0, extra - noise)
 
 

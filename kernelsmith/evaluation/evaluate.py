@@ -292,7 +292,7 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
     record_phases(result, "profile.worker", prof.get("phases"))
     apply_profile(prof, result)
     _violation(result, checks.clock_disagreement(prof, clock.batches))
-    charge_unreported(result, checks.unreported_time(prof, clock.batches))
+    charge_unreported(result, checks.unreported_time(prof, clock.batches, clock.cycles))
     _violation(result, checks.helper_processes(clock))
     if not result.violations:
         check_timed_outputs(prof, result, checker, clock.seeds, job["seed"])

@@ -338,6 +338,10 @@ class ParentClock:
 
     def __init__(self):
         self.batches: dict[str, list[float]] = {}
+        # per timed run, ms from the previous run's `done` to this one's: the whole of the worker's time
+        # between runs (the input draw, the flush, what the harness runs there) counts to some run
+        self.cycles: dict[str, list[float]] = {}
+        self._last_done: float | None = None
         self.seeds: list[int] = []  # per timed candidate run, in order
         self.draws = 0
         self._last: int | None = None
@@ -404,7 +408,10 @@ class ParentClock:
         os.write(go_w, b"g")
         if reports.readline() != b"done\n":
             return False
-        self.batches.setdefault(name, []).append((time.perf_counter() - start) * 1e3)
+        done = time.perf_counter()
+        self.batches.setdefault(name, []).append((done - start) * 1e3)
+        self.cycles.setdefault(name, []).append((done - (self._last_done or start)) * 1e3)
+        self._last_done = done
         if self._count() > reaped:  # a process started and ended inside the bracket (the census saw neither end)
             self.short_lived += 1
         return True
