@@ -294,6 +294,7 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
     _violation(result, checks.clock_disagreement(prof, clock.batches))
     charge_unreported(result, checks.unreported_time(prof, clock.batches, clock.cycles))
     _violation(result, checks.helper_processes(clock))
+    _violation(result, clock.loads.violation())  # what the worker mapped, read by this process (loads.py)
     if not result.violations:
         check_timed_outputs(prof, result, checker, clock.seeds, job["seed"])
     if not result.violations:

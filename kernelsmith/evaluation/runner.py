@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from kernelsmith.evaluation import gpu_lock, toolchain
+from kernelsmith.evaluation import gpu_lock, loads, toolchain
 from kernelsmith.sandbox import jail
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -253,6 +253,8 @@ class Prestarted:
         job, start = {**self.job, **rest}, time.perf_counter()
         self.ready_wait_s = _await_ready(self.ready, self.timeout)  # outside the lock: the GPU serves others
         self.ready = None
+        if self.clock:
+            self.clock.before_job()
         asked = time.perf_counter()
         with compute_lock(job) as locked:  # the imports' wait counts against the same timeout: a hang fails once
             taken = time.perf_counter()
@@ -349,6 +351,8 @@ class ParentClock:
         self.most_processes = 0  # the most processes of the worker's tree seen at a timed batch
         self.crowd: list[str] = []  # that tree's command names, when it held more than expected
         self.short_lived = 0  # brackets in which a child of the worker's tree ran and was reaped
+        self.tree: list[int] = []  # the worker's processes at the latest census
+        self.loads = loads.LoadCensus()  # what those processes map, read between the candidate's brackets
 
     def census(self, pid: int, jailed: bool) -> None:
         """Count the worker's processes around each timed batch: in the jail bwrap, the namespace's init and
@@ -361,13 +365,21 @@ class ParentClock:
         if self.worker_pid is None:
             return 0
         tree, reaped = _tree_and_reaped(self.worker_pid)
+        self.tree = tree
         if len(tree) > max(self.most_processes, self.expected_processes):
             self.crowd = [_command(pid) for pid in tree]
         self.most_processes = max(self.most_processes, len(tree))
         return reaped
 
+    def before_job(self) -> None:
+        """The worker has imported torch and the harness and has no job yet, so no candidate code: what it
+        maps now is its own (loads.LoadCensus.baseline)."""
+        if self.worker_pid is not None:
+            self.loads.baseline(_tree_and_reaped(self.worker_pid)[0])
+
     @contextlib.contextmanager
     def serving(self, job: dict):
+        self.loads = loads.LoadCensus(reachable=[job.get("cwd")])  # a workdir under /opt is still the agent's
         go_r, go_w = os.pipe()
         report_r, report_w = os.pipe()
         job["clock_fds"] = [go_r, report_w]
@@ -414,6 +426,7 @@ class ParentClock:
         self._last_done = done
         if self._count() > reaped:  # a process started and ended inside the bracket (the census saw neither end)
             self.short_lived += 1
+        self.loads.after_run(self.tree, name == "candidate")  # after the bracket, like the count: what it maps
         return True
 
 

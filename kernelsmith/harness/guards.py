@@ -22,6 +22,8 @@ import types
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernelsmith.evaluation.loads import FOREIGN_LIBRARIES
+
 # Ops that allocate memory or only change metadata/views. Everything else that
 # reaches the dispatcher during ModelNew.forward is torch compute.
 ALLOWED_OPS = frozenset({
@@ -385,9 +387,8 @@ FOREIGN_MODULES = ("torch._inductor.codecache", "torch._inductor.compile_fx", "t
                    "torch._inductor.scheduler", "torch._inductor.async_compile", "torch._inductor.package",
                    "torch._inductor.codegen", "torch._export.serde", "numba", "cupy", "jax", "jaxlib", "scipy",
                    "tensorflow", "triton", "tvm", "onnxruntime", "tensorrt", "torch_tensorrt", "sklearn", "numexpr")
-# Native libraries that do the same below Python (matched against mapped file names).
-FOREIGN_LIBRARIES = ("libtorchinductor", "aoti", "torchinductor", "libopenblas", "libmkl_rt", "libcupy",
-                     "libtriton", "libxla", "libjax", "libonnxruntime", "libnvinfer", "libtvm", "libscipy")
+# Native libraries that do the same below Python (matched against mapped file names) come from the parent's
+# census of the same mappings (evaluation/loads.py), which this process cannot blind.
 
 
 def mapped_libraries() -> set[str]:
