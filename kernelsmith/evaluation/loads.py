@@ -2,11 +2,13 @@
 
 The worker's own load check (harness/guards.py LoadGuard) reads /proc/self/maps inside the candidate's
 process, where the candidate can blind it, and linkage.py reads only the extension kernelsmith built. This
-census is taken by the parent, between the candidate's timed runs: every executable file mapping of the
-worker's processes is listed; a file outside the trusted installation (the workdir, a build folder, /tmp,
-/dev/shm, a cache) is read from outside the worker (/proc/PID/map_files, else /proc/PID/root) and its
-imports judged by linkage.py's rules; an executable memfd or deleted file is a violation by itself, as is a
-library of torch's compilers or of another compute library that the worker mapped after its own imports.
+census is taken by the parent, before the job and between timed runs (never inside one): every executable
+file mapping of the worker's processes is listed; a file outside the trusted installation (the workdir, a
+build folder, /tmp, /dev/shm, a cache) is read from outside the worker (/proc/PID/map_files, else
+/proc/PID/root at the mapped inode) and its imports judged by linkage.py's rules. An executable memfd or
+deleted file is a violation by itself, as are a library of torch's compilers or of another compute library
+that the worker mapped after its own imports, and a worker that left its jail's mount namespace (where an
+installation path could then hold any file).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import secrets
 import site
 import stat
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -295,7 +298,15 @@ class LoadCensus:
                               "be read from outside the worker (replaced, removed or too large)")
         if foreign(mapping.path):
             self._flag(f"{mapping.path}: a native compute library outside the candidate's kernels")
-        if found := linkage.forbidden_imports(data):
+        self._judge_imports(mapping, data)
+
+    def _judge_imports(self, mapping: Mapping, data: bytes) -> None:
+        try:
+            found = linkage.forbidden_imports(data)
+        except (OSError, subprocess.SubprocessError) as err:  # nm ran past its minute, say: the clock goes on
+            return self._flag(f"{mapping.path}: executable, in a folder the candidate can write, and its imports "
+                              f"could not be read ({type(err).__name__})")
+        if found:
             self._flag(f"{mapping.path} calls ATen below the dispatcher or torch's compiled-code runtime "
                        f"(no op watch hears these): {', '.join(found[:6])}")
 
