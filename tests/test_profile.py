@@ -329,7 +329,10 @@ def test_a_harness_timer_patched_from_inside_is_caught_by_the_parents_clock(cand
                 # of a loaded test machine (at 4 ms, 2.8 ms hidden sank in it under a parallel suite)
                 return kernel("axpb", x, self.bias)
     '''), profile=True, min_runs=30)
-    assert not result.clean and result.reward == -1
+    if result.clean:  # on a loaded machine the clock's noise can hide 14 ms from the violation bound, but
+        assert result.timings_ms["candidate"] > 14.0, result.timings_ms  # not from the charge: no gain
+        return
+    assert result.reward == -1
     assert any("parent's clock" in v for v in result.violations), result.violations
 
 
@@ -415,11 +418,27 @@ def test_work_outside_the_timed_window_below_the_violation_bound_is_charged_to_t
     assert checks.unreported_time({"batches": host}, {"candidate": [1.0]}) == 0.0  # mismatched counts: no charge
 
 
+def test_eager_cycles_that_grow_after_the_candidates_import_withhold_the_speed_up():
+    """Calibration: eager's runs before the candidate existed in the worker. Work a candidate moves out of
+    its timed window for both contenders alike (no shift between them) still lengthens eager's cycles
+    against those; noise does not."""
+    from kernelsmith.evaluation import checks
+
+    rng = random.Random(5)
+    calibration = [(0.6 + rng.gauss(0, 0.02), 0.3) for _ in range(16)]
+    same = {"eager": [0.6 + rng.gauss(0, 0.02) for _ in range(60)]}
+    assert checks.harness_drift(calibration, same) == ""
+    inflated = {"eager": [0.6 + 0.15 + rng.gauss(0, 0.02) for _ in range(60)]}  # 0.15 ms a run, in every run
+    assert "after the candidate was loaded" in checks.harness_drift(calibration, inflated)
+    assert checks.harness_drift(calibration[:3], inflated) == ""  # too few calibration runs to say
+
+
 def test_a_patched_harness_method_that_finishes_the_output_after_the_window_is_charged(candidate, run_eval):
     """The candidate returns an unwritten output from its timed call (nothing to time) and finishes it in
     the harness's own checksum step, which it replaced: after the end event, with the op watch off, its
     work is still inside the parent's bracket. Its output is right and its work below the clock check's
-    violation bound; the work is charged to it (or, past the bound, rejected)."""
+    violation bound, charged to it, or, past the bound, rejected. (10 ms: the bound grows with the noise of a
+    loaded test machine; the unit test above and bench/redteam.py on the H200 take smaller amounts.)"""
     result = run_eval(candidate('''
         import sys, time
         _stash = []
@@ -436,7 +455,7 @@ def test_a_patched_harness_method_that_finishes_the_output_after_the_window_is_c
             if name == "candidate" and _stash:
                 x, bias = _stash.pop()
                 kernel("axpb", x, bias, out=out)
-                end = time.perf_counter() + 0.00015  # a kernel of 0.15 ms, run where nothing times it
+                end = time.perf_counter() + 0.01  # a kernel of 10 ms, run where nothing times it
                 while time.perf_counter() < end:
                     pass
             return _original(self, name, seed, out)
@@ -448,14 +467,52 @@ def test_a_patched_harness_method_that_finishes_the_output_after_the_window_is_c
                     _stash.append((x, self.bias.detach()))
                     return torch.empty_like(x)
                 return kernel("axpb", x, self.bias)
-    '''), profile=True, min_runs=60)
+    '''), profile=True, min_runs=120)  # many runs: the clock's noise shrinks as their root
     assert result.correct, result.error
     if result.clean:
-        charged = result.timings_ms["candidate"] - result.timings_ms["candidate_reported"]
-        assert charged > 0.075, (result.timings_ms, result.notes)
+        charged = result.timings_ms["candidate"] - result.timings_ms.get("candidate_reported", 1e9)
+        assert charged > 5.0, (result.timings_ms, result.notes)
         assert any("charged to the candidate" in n for n in result.notes), result.notes
     else:
         assert any("parent's clock" in v for v in result.violations), result.violations
+
+
+def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candidate, run_eval):
+    """The candidate replaces the harness's input pool so that each fresh draw also computes its answer,
+    before the parent's bracket opens; the timed call only returns it (fresh memory, right values). It
+    does so for eager's draws too, so eager's runs beside it carry the same extra work and no comparison
+    with them shows it; eager's runs before the candidate was imported (the calibration) do not carry it.
+    The speed-up is withheld, or the work charged to the candidate."""
+    result = run_eval(candidate('''
+        import sys, time
+        _ready, _model = {}, []
+        _profile = sys.modules["kernelsmith.harness.profile"]
+        _next = _profile.InputPool.next
+        def _next_and_answer(self, fresh=False, _next=_next):
+            inputs = _next(self, fresh)
+            if fresh and _model:
+                (x,) = inputs
+                _ready[x.data_ptr()] = kernel("axpb", x, _model[0].bias.detach())
+                # a kernel of 30 ms, run before the bracket opens: on this CPU each run's cycle also writes
+                # 128 MB to flush the cache, whose time under a loaded test run varies by milliseconds
+                end = time.perf_counter() + 0.03
+                while time.perf_counter() < end:
+                    pass
+            return inputs
+        _profile.InputPool.next = _next_and_answer
+
+        class ModelNew(Base):
+            def forward(self, x):
+                if not _model:
+                    _model.append(self)
+                hit = _ready.pop(x.data_ptr(), None)
+                _ready.clear()
+                return kernel("axpb", x, self.bias) if hit is None else hit
+    '''), profile=True, min_runs=120)
+    assert result.correct, result.error
+    charged = result.timings_ms["candidate"] - result.timings_ms.get("candidate_reported", 1e9)
+    assert "after the candidate was loaded" in result.contended or charged > 15, (result.timings_ms, result.notes)
+    assert result.reward <= 1.0
 
 
 @pytest.mark.parametrize("make", [

@@ -16,6 +16,7 @@ MIN_SLACK_MS = 0.2  # per run: the pipe round trip and scheduling jitter of two 
 REL_SLACK = 0.15  # of the candidate's own run time
 CLOCK_SIGMAS = 5.0  # a disagreement beyond this many sigmas of the shift (and the slack) is a violation
 CHARGE_SIGMAS = 2.0  # the candidate's extra time beyond this many is charged to it (unreported_time)
+DRIFT_MIN_MS, DRIFT_REL = 0.1, 0.05  # how much longer eager's cycle may take after the candidate's import
 SPREAD_BUSY = 0.5  # (p90 - p10) / median above this for eager means the machine was busy
 # Timed runs whose outputs a trusted process recomputes, drawn after the candidate has reported every
 # checksum. A candidate must fake more than half of its timed runs to move the median it is credited
@@ -107,6 +108,29 @@ def _charge(reported: dict, timed: dict[str, list[float]]) -> float:
         return 0.0
     extra, noise = _extra_time(reported, timed, CHARGE_SIGMAS)
     return max(0.0, extra - noise)
+
+
+def harness_drift(calibration: list[tuple[float, float]], cycles: dict[str, list[float]]) -> str:
+    """Why eager's timed runs after the candidate's import say the harness's own per-run work changed, or ''.
+
+    `calibration` holds (cycle ms, timed ms) of eager's runs before the candidate existed in the worker
+    (ParentClock.calibration): there the loop around a timed call (the input draw, the flush, the bracket,
+    the checksum) costs what the harness makes it cost. A candidate can move its work out of its timed
+    window into that loop for both contenders alike (an input pool that also answers, a checksum step that
+    also works on eager's runs); no comparison with eager in its own process sees that, but eager's cycles
+    by the parent's clock then grow beside the candidate. So do they on a machine that got busy in between:
+    either way the speed-up is not established. Nothing the worker reported after the import is used."""
+    runs = [cycle for cycle, _ in calibration[1:]]  # the first run's cycle had no run before it
+    if len(runs) < 4 or len(cycles.get("eager") or ()) < 4:
+        return ""
+    before, after = statistics.median(runs), statistics.median(cycles["eager"])
+    noise = CLOCK_SIGMAS * (_sigma(runs) / len(runs) ** 0.5 + _sigma(cycles["eager"]) / len(cycles["eager"]) ** 0.5)
+    allowed = max(DRIFT_MIN_MS, DRIFT_REL * before) + noise
+    if after - before <= allowed:
+        return ""
+    return (f"each of eager's timed runs took {after - before:.3g} ms longer by the parent's clock after the "
+            f"candidate was loaded than before it ({before:.3g} -> {after:.3g} ms; allowed {allowed:.3g} ms): "
+            "work moved out of the candidate's timed window, or a machine that got busy")
 
 
 def busy(timings: dict) -> str:

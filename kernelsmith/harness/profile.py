@@ -111,6 +111,8 @@ def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flu
                 with (watches or {}).get(name) or nullcontext():
                     dev_ms, full_ms, host_ms, out = (clocks.time_call(contenders[name], inputs, settle=False)
                                                      if name in queued else clocks.time_call(contenders[name], inputs))
+                if clock and name == CALIBRATE:
+                    clock.timed_ms = dev_ms
                 if record:
                     record(name, pool.last if name in fresh else None, out)
             for key, value in (("device", dev_ms), ("full", full_ms), ("host", host_ms)):
@@ -172,28 +174,30 @@ def run_profile(job: dict) -> dict:
     process_guard = guards.ProcessGuard()
     phases.mark("load.watch")
     task = loading.load_module(job["reference"], "ks_reference")
-    candidate_module = loading.load_module(job["candidate"], "ks_candidate")
-    phases.mark("load.modules")
     reference = loading.seeded_reference(task, job["seed"], device, precision)
-    torch.manual_seed(job["seed"] + 1)
-    model = candidate_module.ModelNew(*loading.init_inputs(task)).to(device)
-    loading.load_weights(model, reference)
-    phases.mark("load.models")
     draw = parent_clock.draw if parent_clock else local_draws(job["seed"])
     pool = InputPool(task, _seeds(job), device, precision, draw)
-    recorder = guards.OpRecorder()
     eager = _no_grad(reference)
-
-    def watched(*args):  # warm-up, spot checks, and the timed runs when there is no native watch
-        with torch.no_grad(), recorder:
-            return model(*args)
-
-    candidate = _no_grad(model) if native else watched
     sums = Checksums(device)
-    phases.mark("load.inputs")
+    phases.mark("load.reference")
     with gpu_lock(device):
         flusher = L2Flusher(device)
-        warm_s = {"candidate": _warm(watched, pool, clocks, fresh=True), "eager": _warm(eager, pool, clocks)}
+        warm_s = {"eager": _warm(eager, pool, clocks)}
+        calibrate(eager, pool, clocks, flusher, parent_clock, native, sums, _budget(job)[0])
+        phases.mark("calibrate")
+        candidate_module = loading.load_module(job["candidate"], "ks_candidate")  # untrusted from here on
+        torch.manual_seed(job["seed"] + 1)
+        model = candidate_module.ModelNew(*loading.init_inputs(task)).to(device)
+        loading.load_weights(model, reference)
+        recorder = guards.OpRecorder()
+
+        def watched(*args):  # warm-up, spot checks, and the timed runs when there is no native watch
+            with torch.no_grad(), recorder:
+                return model(*args)
+
+        candidate = _no_grad(model) if native else watched
+        phases.mark("load.candidate")
+        warm_s["candidate"] = _warm(watched, pool, clocks, fresh=True)
         phases.mark("warm")
         checks = SpotChecker(watched, eager, pool, precision, random.Random(job["seed"]), *_budget(job))
         samples = interleave({"candidate": candidate, "eager": eager}, pool, clocks, flusher, *_budget(job),
@@ -216,6 +220,28 @@ def run_profile(job: dict) -> dict:
         "warmup_s": warm_s, "violations": violations, "spot_checks": checks.done,
         "roofline": rooflines, "phases": phases.seconds,
     }
+
+
+CALIBRATE = "calibrate"  # the parent's name for the runs timed before any candidate code existed here
+
+
+def calibration_runs(min_runs: int) -> int:
+    return max(16, min(32, min_runs // 2))
+
+
+def calibrate(eager, pool: InputPool, clocks: Clocks, flusher: L2Flusher, parent_clock, native, sums,
+              min_runs: int) -> None:
+    """Eager through the whole timed loop (fresh draws, flush, bracket, checksum), before the candidate is
+    imported, so this process is still the harness's alone: the parent's clock learns what the harness's
+    own work between and around timed calls costs here, from runs whose reports (sent at once, over the
+    clock's pipe) no candidate could touch. Work a candidate later moves out of its timed window, into
+    any part of that loop, shows against it, even when it inflates eager's runs alike (checks.py)."""
+    if parent_clock is None:
+        return
+    record = lambda name, seed, out: sums.record("eager", seed, out)  # eager's work, its verdict unused
+    interleave({CALIBRATE: eager}, pool, clocks, flusher, calibration_runs(min_runs), math.inf, clock=parent_clock,
+               record=record, watches={CALIBRATE: native and native.unjudged()}, fresh=frozenset({CALIBRATE}))
+    parent_clock.calibrated()
 
 
 def _same_threads(job: dict) -> None:
@@ -252,8 +278,14 @@ class ParentClock:
         self.os.write(self.report, f"ready {name}\n".encode())
         if self.os.read(self.go, 1) != b"g":
             raise RuntimeError("the parent's clock went away")
+        self.timed_ms = None
         yield
-        self.os.write(self.report, b"done\n")
+        # a calibration run's own time goes to the parent at once, before any candidate code exists here
+        self.os.write(self.report, b"done\n" if self.timed_ms is None else f"done {self.timed_ms!r}\n".encode())
+
+    def calibrated(self) -> None:
+        """Calibration is over: the parent takes no more calibration runs from this process."""
+        self.os.write(self.report, b"calibrated\n")
 
 
 CHECKSUM_ROW = 1024
