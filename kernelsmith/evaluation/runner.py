@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import ctypes
 import json
+import math
 import os
 import secrets
 import select
@@ -344,6 +345,10 @@ class ParentClock:
         # between runs (the input draw, the flush, what the harness runs there) counts to some run
         self.cycles: dict[str, list[float]] = {}
         self._last_done: float | None = None
+        # eager's runs before the candidate was imported: their cycles, and the timed ms each reported at once
+        # (trusted: no candidate code existed in the worker yet); closed by the worker's `calibrated`
+        self.calibration: list[tuple[float, float]] = []
+        self.calibrating = True
         self.seeds: list[int] = []  # per timed candidate run, in order
         self.draws = 0
         self._last: int | None = None
@@ -403,6 +408,8 @@ class ParentClock:
                 line = reports.readline()
                 if line == b"draw\n":
                     self._draw(go_w)
+                elif line == b"calibrated\n" and self.calibrating:
+                    self.calibrating, self._last_done = False, None  # the candidate's import is no run's cycle
                 elif not (line.startswith(b"ready ") and self._batch(line, reports, go_w)):
                     return
 
@@ -415,19 +422,42 @@ class ParentClock:
         name = line[6:].strip().decode(errors="replace")[:40]
         if name == "candidate":
             self.seeds.append(self._last)
+        calibration = name == CALIBRATE
+        if calibration != self.calibrating:  # calibration runs come first, and only then
+            return False
         reaped = self._count()  # before and after every bracket, never inside it: both contenders' brackets alike
         start = time.perf_counter()
         os.write(go_w, b"g")
-        if reports.readline() != b"done\n":
+        timed_ms = _done(reports.readline(), calibration)
+        if timed_ms is None:
             return False
         done = time.perf_counter()
-        self.batches.setdefault(name, []).append((done - start) * 1e3)
-        self.cycles.setdefault(name, []).append((done - (self._last_done or start)) * 1e3)
+        cycle_ms = (done - (self._last_done or start)) * 1e3
         self._last_done = done
+        if calibration:
+            self.calibration.append((cycle_ms, timed_ms))
+            return True
+        self.batches.setdefault(name, []).append((done - start) * 1e3)
+        self.cycles.setdefault(name, []).append(cycle_ms)
         if self._count() > reaped:  # a process started and ended inside the bracket (the census saw neither end)
             self.short_lived += 1
         self.loads.after_run(self.tree, name == "candidate")  # after the bracket, like the count: what it maps
         return True
+
+
+CALIBRATE = "calibrate"  # harness/profile.py's name for them
+
+
+def _done(line: bytes, calibration: bool) -> float | None:
+    """A bracket's end: `done`, with the run's timed ms for a calibration run (0.0 stands for `done` alone);
+    None for anything else."""
+    if not calibration:
+        return 0.0 if line == b"done\n" else None
+    try:
+        value = float(line[5:]) if line.startswith(b"done ") else math.nan
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 class Spares:
