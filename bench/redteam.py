@@ -5,8 +5,11 @@
 Every candidate starts from the honest example kernel (examples/bias_gelu_scale/<device>/, one build
 shared by all) and adds one attack in Python: an output that computes when read, clocks or the
 harness's own timer patched from inside the process, eager slowed down in the candidate's process,
-torch's compiler as the kernel, an output cache that starts once the timed runs begin. "caught"
-means the result was not credited as a faster correct kernel: rejected, failed, or contended.
+torch's compiler as the kernel, an output cache that starts once the timed runs begin, the output
+finished in the harness's own checksum step, answers computed as the harness draws the inputs.
+"caught" means the result was not credited as a faster correct kernel: rejected, failed, or
+contended; "no gain" that it was credited no faster than the honest kernel (its work outside the
+timed window charged to it), which also defeats the attack.
 Prints a table and writes redteam.json.
 """
 
@@ -99,6 +102,47 @@ def _timed():
         if _timed():
             _cache.append(out)
         return out''', "caught"),
+    # work moved out of the timed window into the harness's own steps, which the candidate replaced
+    "finish-in-checksum": ('''
+import sys
+_stash = []
+def _timed():
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "time_call":
+            return True
+        frame = frame.f_back
+    return False
+_profile = sys.modules["kernelsmith.harness.profile"]
+_record = _profile.Checksums.record
+def _finish_then_record(self, name, seed, out, _record=_record):
+    if name == "candidate" and _stash:
+        x, model = _stash.pop()
+        out.copy_(ext.bias_gelu_scale(x, model.bias, model.scale, 0))
+    return _record(self, name, seed, out)
+_profile.Checksums.record = _finish_then_record
+''', '''if _timed():
+            _stash.append((x, self))
+            return torch.empty_like(x)
+        ''' + HONEST, "caught"),
+    "answer-at-draw": ('''
+import sys
+_ready, _model = {}, []
+_profile = sys.modules["kernelsmith.harness.profile"]
+_next = _profile.InputPool.next
+def _next_and_answer(self, fresh=False, _next=_next):
+    inputs = _next(self, fresh)
+    if fresh and _model:  # every fresh draw, eager's too: no shift between the two contenders
+        m = _model[0]
+        _ready[inputs[0].data_ptr()] = ext.bias_gelu_scale(inputs[0], m.bias, m.scale, 0)
+    return inputs
+_profile.InputPool.next = _next_and_answer
+''', '''_model[:] = [self]
+        hit = _ready.pop(x.data_ptr(), None)
+        _ready.clear()
+        if hit is not None:
+            return hit
+        ''' + HONEST, "caught"),
 }
 
 
@@ -112,9 +156,18 @@ def write_candidate(folder: Path, device: str, name: str) -> Path:
     return target
 
 
-def verdict(result) -> str:
-    faster = result.clean and not result.contended and (result.speedup_vs_eager or 0) > 1.05
-    return "credited" if faster or (result.clean and not result.contended) else "caught"
+def verdict(result, honest_speedup: float | None) -> str:
+    """caught: rejected, failed or contended; no gain: credited, but no faster than the honest kernel
+    (work outside the timed window charged to it); credited."""
+    if not result.clean or result.contended:
+        return "caught"
+    if honest_speedup and (result.speedup_vs_eager or 0) <= honest_speedup * 1.10:
+        return "no gain"
+    return "credited"
+
+
+def as_expected(got: str, wanted: str) -> bool:
+    return got == wanted or (wanted == "caught" and got == "no gain")
 
 
 def why(result) -> str:
@@ -128,7 +181,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args()
     names = [n for n in ATTACKS if not args.only or n in args.only.split(",")]
-    rows = []
+    rows, honest_speedup = [], None
     with tempfile.TemporaryDirectory() as tmp:
         reference = Path(tmp) / "model.py"
         shutil.copy(EXAMPLE / "model.py", reference)
@@ -136,12 +189,16 @@ def main() -> int:
             start = time.perf_counter()
             result = evaluate(reference, write_candidate(Path(tmp), args.device, name),
                               EvalOptions(device=args.device, min_runs=40, compile_baseline=False))
-            got, wanted = verdict(result), ATTACKS[name][2]
-            rows.append({"candidate": name, "expected": wanted, "verdict": got, "ok": got == wanted,
-                         "speedup_vs_eager": result.speedup_vs_eager, "why": why(result), "jail": result.jail,
+            got, wanted = verdict(result, honest_speedup), ATTACKS[name][2]
+            if name == "honest" and got == "credited":
+                honest_speedup = result.speedup_vs_eager
+            ok = as_expected(got, wanted)
+            rows.append({"candidate": name, "expected": wanted, "verdict": got, "ok": ok,
+                         "speedup_vs_eager": result.speedup_vs_eager, "timings_ms": result.timings_ms,
+                         "why": why(result), "notes": result.notes, "jail": result.jail,
                          "seconds": round(time.perf_counter() - start, 1)})
-            print(f"{name:24} expected {wanted:9} got {got:9} {'PASS' if got == wanted else 'FAIL'}  "
-                  f"{rows[-1]['why']}", flush=True)
+            print(f"{name:24} expected {wanted:9} got {got:9} {'PASS' if ok else 'FAIL'}  "
+                  f"x{result.speedup_vs_eager or 0:.2f}  {rows[-1]['why']}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "redteam.json").write_text(json.dumps(rows, indent=1))
     print(f"{sum(r['ok'] for r in rows)}/{len(rows)} verdicts as expected")
