@@ -493,9 +493,9 @@ def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candid
             if fresh and _model:
                 (x,) = inputs
                 _ready[x.data_ptr()] = kernel("axpb", x, _model[0].bias.detach())
-                # a kernel of 30 ms, run before the bracket opens: on this CPU each run's cycle also writes
+                # a kernel of 50 ms, run before the bracket opens: on this CPU each run's cycle also writes
                 # 128 MB to flush the cache, whose time under a loaded test run varies by milliseconds
-                end = time.perf_counter() + 0.03
+                end = time.perf_counter() + 0.05
                 while time.perf_counter() < end:
                     pass
             return inputs
@@ -508,10 +508,13 @@ def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candid
                 hit = _ready.pop(x.data_ptr(), None)
                 _ready.clear()
                 return kernel("axpb", x, self.bias) if hit is None else hit
-    '''), profile=True, min_runs=120)
+    '''), profile=True, min_runs=80)
     assert result.correct, result.error
     charged = result.timings_ms["candidate"] - result.timings_ms.get("candidate_reported", 1e9)
-    assert "after the candidate was loaded" in result.contended or charged > 15, (result.timings_ms, result.notes)
+    if not result.clean:  # past the violation bound: the candidate's extra time against eager's
+        assert any("parent's clock" in v for v in result.violations), result.violations
+        return
+    assert "after the candidate was loaded" in result.contended or charged > 25, (result.timings_ms, result.notes)
     assert result.reward <= 1.0
 
 

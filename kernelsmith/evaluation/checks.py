@@ -17,6 +17,7 @@ REL_SLACK = 0.15  # of the candidate's own run time
 CLOCK_SIGMAS = 5.0  # a disagreement beyond this many sigmas of the shift (and the slack) is a violation
 CHARGE_SIGMAS = 2.0  # the candidate's extra time beyond this many is charged to it (unreported_time)
 DRIFT_MIN_MS, DRIFT_REL = 0.1, 0.05  # how much longer eager's cycle may take after the candidate's import
+DRIFT_SIGMAS = 3.0  # beyond the noise: a drift withholds credit, it is no violation
 SPREAD_BUSY = 0.5  # (p90 - p10) / median above this for eager means the machine was busy
 # Timed runs whose outputs a trusted process recomputes, drawn after the candidate has reported every
 # checksum. A candidate must fake more than half of its timed runs to move the median it is credited
@@ -124,7 +125,7 @@ def harness_drift(calibration: list[tuple[float, float]], cycles: dict[str, list
     if len(runs) < 4 or len(cycles.get("eager") or ()) < 4:
         return ""
     before, after = statistics.median(runs), statistics.median(cycles["eager"])
-    noise = CLOCK_SIGMAS * (_sigma(runs) / len(runs) ** 0.5 + _sigma(cycles["eager"]) / len(cycles["eager"]) ** 0.5)
+    noise = DRIFT_SIGMAS * (_sigma(runs) / len(runs) ** 0.5 + _sigma(cycles["eager"]) / len(cycles["eager"]) ** 0.5)
     allowed = max(DRIFT_MIN_MS, DRIFT_REL * before) + noise
     if after - before <= allowed:
         return ""

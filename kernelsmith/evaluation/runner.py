@@ -436,10 +436,12 @@ class ParentClock:
         self._last_done = done
         if calibration:
             self.calibration.append((cycle_ms, timed_ms))
-            return True
-        self.batches.setdefault(name, []).append((done - start) * 1e3)
-        self.cycles.setdefault(name, []).append(cycle_ms)
-        if self._count() > reaped:  # a process started and ended inside the bracket (the census saw neither end)
+        else:
+            self.batches.setdefault(name, []).append((done - start) * 1e3)
+            self.cycles.setdefault(name, []).append(cycle_ms)
+        # this process's work between runs (the census below) lands in the next run's cycle: calibration
+        # runs do it too, so that eager's cycles before and after the candidate's import hold the same
+        if self._count() > reaped and not calibration:  # a process started and ended inside the bracket
             self.short_lived += 1
         self.loads.after_run(self.tree, name == "candidate")  # after the bracket, like the count: what it maps
         return True
