@@ -51,6 +51,17 @@ class ModelNew(nn.Module):
         {body}
 '''
 
+TIMED = '''
+import sys
+def _timed():
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "time_call":
+            return True
+        frame = frame.f_back
+    return False
+'''  # whether the harness is timing this call: its timer's frame is on the stack
+
 ATTACKS = {
     "honest": ("", HONEST, "credited"),
     "lazy-subclass": ('''
@@ -89,30 +100,16 @@ def _halve_the_timer():
     "cache-once-timed": ('''
 import sys
 _cache = []
-def _timed():
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_name == "time_call":
-            return True
-        frame = frame.f_back
-    return False
-''', '''if _timed() and _cache:
+''' + TIMED, '''if _timed() and _cache:
             return _cache[0]
         out = ''' + HONEST.removeprefix("return ") + '''
         if _timed():
             _cache.append(out)
         return out''', "caught"),
     # work moved out of the timed window into the harness's own steps, which the candidate replaced
-    "finish-in-checksum": ('''
+    "finish-in-checksum": (TIMED + '''
 import sys
 _stash = []
-def _timed():
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_name == "time_call":
-            return True
-        frame = frame.f_back
-    return False
 _profile = sys.modules["kernelsmith.harness.profile"]
 _record = _profile.Checksums.record
 def _finish_then_record(self, name, seed, out, _record=_record):
