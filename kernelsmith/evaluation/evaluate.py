@@ -301,10 +301,8 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
         baselines_start = time.perf_counter()
         apply_baselines(reference, opts, prof, result)
         result.seconds["baselines"] = runner.elapsed(baselines_start)
-    mark_contended(result, result.contended or checks.busy(prof["timings"]))
-    drift = checks.harness_drift(clock.calibration, clock.cycles)
-    if drift and not result.violations:  # not KERNELSMITH_BUSY_OK's to credit: a candidate can cause it
-        result.contended = drift
+    drift = "" if result.violations else checks.harness_drift(clock.calibration, clock.cycles)
+    mark_contended(result, result.contended or drift or checks.busy(prof["timings"]))
 
 
 def charge_unreported(result: EvalResult, extra_ms: float) -> None:
