@@ -6,4 +6,7 @@ __version__ = "0.1.0"
 # 3.1: the candidate's timed inputs are fresh draws, under seeds from the parent, which checks them
 # 3.2: eager's timed runs draw fresh inputs too; verify's outputs reach the judge in buffers it owns; the
 #      census also reads the CPU time of children reaped inside a timed run; the compute lock is per GPU UUID
-HARNESS_VERSION = "3.2"
+# 3.3: baselines credited at the faster of two timers; work outside the timed window charged by the parent's
+#      clock, against eager and against a calibration taken before the candidate's import; the parent reads
+#      what the profile worker maps
+HARNESS_VERSION = "3.3"
