@@ -365,12 +365,15 @@ class ParentClock:
         the op watch nor the load checks look) is a violation (evaluation/checks.py)."""
         self.worker_pid, self.expected_processes = pid, 3 if jailed else 1
 
-    def _count(self) -> int:
-        """Census of the worker's processes; the CPU ticks of the children they have reaped so far."""
+    def _count(self, judged: bool = True) -> int:
+        """Census of the worker's processes; the CPU ticks of the children they have reaped so far. Unjudged
+        (a calibration run: no candidate code exists yet) it costs the same and counts nothing against it."""
         if self.worker_pid is None:
             return 0
         tree, reaped = _tree_and_reaped(self.worker_pid)
         self.tree = tree
+        if not judged:
+            return reaped
         if len(tree) > max(self.most_processes, self.expected_processes):
             self.crowd = [_command(pid) for pid in tree]
         self.most_processes = max(self.most_processes, len(tree))
@@ -425,7 +428,7 @@ class ParentClock:
         calibration = name == CALIBRATE
         if calibration != self.calibrating:  # calibration runs come first, and only then
             return False
-        reaped = self._count()  # before and after every bracket, never inside it: both contenders' brackets alike
+        reaped = self._count(not calibration)  # before and after every bracket, never inside it: all brackets alike
         start = time.perf_counter()
         os.write(go_w, b"g")
         timed_ms = _done(reports.readline(), calibration)
@@ -441,7 +444,7 @@ class ParentClock:
             self.cycles.setdefault(name, []).append(cycle_ms)
         # this process's work between runs (the census below) lands in the next run's cycle: calibration
         # runs do it too, so that eager's cycles before and after the candidate's import hold the same
-        if self._count() > reaped and not calibration:  # a process started and ended inside the bracket
+        if self._count(not calibration) > reaped and not calibration:  # a process started and ended inside it
             self.short_lived += 1
         self.loads.after_run(self.tree, name == "candidate")  # after the bracket, like the count: what it maps
         return True
