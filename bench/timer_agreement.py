@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from kernelsmith.evaluation import runner  # noqa: E402
 from kernelsmith.evaluation.baselines import credited  # noqa: E402
+from kernelsmith.evaluation.checks import QUEUED  # noqa: E402
 from kernelsmith.harness import guards, loading  # noqa: E402
 from kernelsmith.harness.profile import InputPool  # noqa: E402
 from kernelsmith.harness.timing import Clocks, L2Flusher, summarize  # noqa: E402
@@ -59,7 +60,7 @@ def worker_credited(path: Path, modes: list[str]) -> dict:
     job = {"kind": "baselines", "reference": str(path.resolve()), "device": "cuda", "precision": "fp32",
            "seed": 7, "compile_modes": [m for m in modes if m != "eager"], "cwd": str(path.parent.resolve())}
     timings = runner.run_job(job, 1200)["timings"]
-    return {name: credited(timings, name) for name in timings if not name.endswith("@queued")}
+    return {name: credited(timings, name) for name in timings if not name.endswith(QUEUED)}
 
 
 def contenders(task, modes: list[str]) -> dict:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from kernelsmith.evaluation import build_plan as build, runner
+from kernelsmith.evaluation.checks import QUEUED
 from kernelsmith.evaluation.options import COMPILE_MODES, EvalOptions, seed_for
 from kernelsmith.evaluation.result import EvalResult
 
@@ -21,7 +22,6 @@ from kernelsmith.evaluation.result import EvalResult
 # and queued behind the cache flush as do_bench times it), the faster median credited. Entries without it
 # were timed with the sync alone, up to 5.5% slower for torch.compile (docs/eval-methodology.md): re-measured.
 TIMERS = "settled+queued"
-QUEUED = "@queued"  # harness/profile.py's suffix for the queued timer's samples
 
 
 def task_digest(source: bytes, device: str, precision: str, modes: tuple[str, ...] = COMPILE_MODES) -> str:

@@ -12,6 +12,10 @@ import os
 import random
 import statistics
 
+# Names in the profile worker's reports, shared by both sides: the runs of eager timed before the candidate was
+# imported (the calibration), and the suffix of a baseline timed without the sync before its start event.
+CALIBRATE = "calibrate"
+QUEUED = "@queued"
 MIN_SLACK_MS = 0.2  # per run: the pipe round trip and scheduling jitter of two processes
 REL_SLACK = 0.15  # of the candidate's own run time
 CLOCK_SIGMAS = 5.0  # a disagreement beyond this many sigmas of the shift (and the slack) is a violation

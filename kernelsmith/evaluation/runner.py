@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernelsmith.evaluation import gpu_lock, loads, toolchain
+from kernelsmith.evaluation.checks import CALIBRATE
 from kernelsmith.sandbox import jail
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -428,7 +429,8 @@ class ParentClock:
         calibration = name == CALIBRATE
         if calibration != self.calibrating:  # calibration runs come first, and only then
             return False
-        reaped = self._count(not calibration)  # before and after every bracket, never inside it: all brackets alike
+        judged = not calibration  # no candidate code exists in the worker during calibration
+        reaped = self._count(judged)  # before and after every bracket, never inside it: all brackets alike
         start = time.perf_counter()
         os.write(go_w, b"g")
         timed_ms = _done(reports.readline(), calibration)
@@ -444,13 +446,10 @@ class ParentClock:
             self.cycles.setdefault(name, []).append(cycle_ms)
         # this process's work between runs (the census below) lands in the next run's cycle: calibration
         # runs do it too, so that eager's cycles before and after the candidate's import hold the same
-        if self._count(not calibration) > reaped and not calibration:  # a process started and ended inside it
+        if self._count(judged) > reaped and judged:  # a process started and ended inside the bracket
             self.short_lived += 1
         self.loads.after_run(self.tree, name == "candidate")  # after the bracket, like the count: what it maps
         return True
-
-
-CALIBRATE = "calibrate"  # harness/profile.py's name for them
 
 
 def _done(line: bytes, calibration: bool) -> float | None:

@@ -20,6 +20,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from kernelsmith.evaluation.checks import CALIBRATE, QUEUED
 from kernelsmith.harness import compare as cmp
 from kernelsmith.harness import guards, lint, loading, op_watch, roofline
 from kernelsmith.harness.timing import Clocks, L2Flusher, Phases, gpu_lock, summarize
@@ -220,9 +221,6 @@ def run_profile(job: dict) -> dict:
         "warmup_s": warm_s, "violations": violations, "spot_checks": checks.done,
         "roofline": rooflines, "phases": phases.seconds,
     }
-
-
-CALIBRATE = "calibrate"  # the parent's name for the runs timed before any candidate code existed here
 
 
 def calibration_runs(min_runs: int) -> int:
@@ -443,9 +441,6 @@ class SpotChecker:
         self.done += 1
         if not verdict["ok"]:
             self.failure = f"wrong output at a spot check after timed run {run} (caching or replay?): {verdict['reason']}"
-
-
-QUEUED = "@queued"  # suffix of a baseline timed without the sync before its start event
 
 
 def _queued_twins(contenders: dict) -> dict:
