@@ -4,7 +4,7 @@
         [--iterations 2] [--device cuda] [--prewarm REF:CANDIDATE_DIR] [--out DIR] [--resume]
 
 CANDIDATE_DIR holds model_new.py and kernels/ (a kernel per .cu, a `*_binding.cpp` per kernel
-using kernelsmith's REGISTER_BINDING(name, fn)). Each task is run by both sides in this process's
+using kernelsmith's REGISTER_KERNEL or REGISTER_BINDING(name, fn)). Each task is run by both sides in this process's
 one call, one after the other (never at once: both time on the same GPU):
 
 - kernelsmith: `kernelsmith optimize REF --backend scripted` with a script that writes the kernels
@@ -130,11 +130,15 @@ def timed(cmd: list[str], cwd: Path, timeout: float = 900) -> dict:
             "tail": (proc.stdout + proc.stderr).strip().splitlines()[-1:] or [""]}
 
 
-REGISTRATION = re.compile(r"^REGISTER_BINDING\((\w+),\s*(\w+)\);", re.M)
+REGISTRATION = re.compile(r"^REGISTER_(?:BINDING|KERNEL)\((\w+),\s*(\w+)\);", re.M)
 
 
 def agent_binding(text: str) -> str:
-    """kernelsmith's REGISTER_BINDING(name, fn) as CUDA Agent's REGISTER_BINDING(name, module -> void)."""
+    """kernelsmith's REGISTER_KERNEL or REGISTER_BINDING(name, fn) as CUDA Agent's REGISTER_BINDING(name,
+    module -> void), whose registry needs <torch/extension.h> (a light binding gets it in place of
+    binding_light.h: at::Tensor and c10's CUDA stream are in it too)."""
+    text = text.replace('#include "binding_light.h"',
+                        '#include <torch/extension.h>\n#include "../binding_registry.h"')
     text = text.replace('#include "binding_registry.h"', '#include "../binding_registry.h"')
     return REGISTRATION.sub(lambda m: f"static void ks_register_{m[1]}(pybind11::module& m) {{ m.def(\"{m[1]}\", "
                                       f"&{m[2]}); }}\nREGISTER_BINDING({m[1]}, ks_register_{m[1]});", text)

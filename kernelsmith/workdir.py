@@ -26,7 +26,7 @@ from kernelsmith.errors import BadInput
 from kernelsmith.task import TaskSource
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-FIXED_FILES = ("binding.cpp", "binding_registry.h", "build.py", "verify.py", "profile.py")
+FIXED_FILES = ("binding.cpp", "binding_registry.h", "binding_light.h", "build.py", "verify.py", "profile.py")
 WRITABLE = ("model_new.py", "kernels/", "notes.md")
 DEVICES = ("cuda", "cpu")
 STATE_DIR = ".kernelsmith"
@@ -133,7 +133,7 @@ def _write_files(task: TaskSource, workdir: Path, device: str, precision: str) -
     model = workdir / "model.py"
     model.write_text(task.source)
     model.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)  # the reference is read-only
-    for name in ("binding.cpp", "binding_registry.h"):
+    for name in ("binding.cpp", "binding_registry.h", "binding_light.h"):
         (workdir / name).write_text((TEMPLATES / name).read_text())
     for name in ("build.py", "verify.py", "profile.py", "model_new.py"):
         (workdir / name).write_text((TEMPLATES / "workdir" / name).read_text())

@@ -42,11 +42,11 @@ def built_lines(root: Path) -> list[str]:
 
 
 def compiles_with(header: Path, folder: Path, flags=FLAGS) -> str:
-    """Compile a user of the header with -include and -H; return GCC's stderr (-H marks a PCH it
-    used with '!', one it rejected with 'x')."""
+    """Compile a file whose first include is <torch/extension.h>, with the PCH's include flags and -H;
+    return GCC's stderr (-H marks a PCH it used with '!', one it rejected with 'x')."""
     src = folder / "use.cpp"
-    src.write_text(USE)
-    proc = subprocess.run([CXX, *flags, "-include", str(header), "-Winvalid-pch", "-H", "-c", str(src),
+    src.write_text("#include <torch/extension.h>\n" + USE)
+    proc = subprocess.run([CXX, *flags, *pch.include_flags(header), "-H", "-c", str(src),
                            "-o", str(folder / "use.o")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stderr
@@ -59,7 +59,7 @@ def test_made_once_then_reused_and_used_by_gcc(tmp_path):
     notes: list[str] = []
     first = make(tmp_path, notes=notes)
     assert first is not None and notes == [], notes
-    assert first.name == pch.HEADER_NAME and first.read_text() == SMALL
+    assert first == pch.folder_of(first) / pch.HEADER_NAME and first.read_text() == SMALL
     gch = first.with_name(first.name + ".gch")
     assert gch.stat().st_size > 0
     start = time.perf_counter()
@@ -71,7 +71,7 @@ def test_made_once_then_reused_and_used_by_gcc(tmp_path):
 
 def test_the_signature_follows_the_flags(tmp_path):
     a, b = make(tmp_path), make(tmp_path, flags=FLAGS + ["-DKS_OTHER=1"])
-    assert a is not None and b is not None and a.parent != b.parent
+    assert a is not None and b is not None and pch.folder_of(a) != pch.folder_of(b)
     assert pch.header_path(CXX, FLAGS, [], header_text=SMALL, root=tmp_path) == a
 
 
@@ -95,9 +95,9 @@ def test_two_processes_build_it_once(tmp_path):
     run = lambda: subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)  # noqa: E731
     first = run()
     deadline = time.monotonic() + 60
-    while not list(tmp_path.glob("*/*.tmp-*")) and first.poll() is None and time.monotonic() < deadline:
+    while not list(tmp_path.rglob("*.tmp-*")) and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert list(tmp_path.glob("*/*.tmp-*")), "the first process was not building when the second started"
+    assert list(tmp_path.rglob("*.tmp-*")), "the first process was not building when the second started"
     second = run()
     (path_a, _), (path_b, _) = (p.communicate(timeout=300)[0].split() for p in (first, second))
     assert path_a == path_b != "None"
@@ -129,8 +129,8 @@ def test_only_the_two_most_recent_survive_unless_in_use(tmp_path):
     assert all(p.is_file() for p in made)  # three: the oldest was in use
     made.append(make(tmp_path, flags=FLAGS + ["-DKS_V=3"]))
     assert [p.is_file() for p in made] == [False, False, True, True]
-    assert not (tmp_path / f"{made[0].parent.name}.lock").exists()
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted(p.parent.name for p in made[2:])
+    assert not (tmp_path / f"{pch.folder_of(made[0]).name}.lock").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted(pch.folder_of(p).name for p in made[2:])
 
 
 def test_a_pch_that_cannot_be_built_is_a_note_said_once(tmp_path):
@@ -200,8 +200,8 @@ def test_a_cpu_build_compiles_with_the_pch_and_works(torch_pch, tmp_path, monkey
     (kernels / "example_scale.cpp").write_text((build.TEMPLATES / "cpu" / "example_scale.cpp").read_text())
     result = build.build(kernels, "cpu", build_dir=tmp_path / "build")
     assert result.ok, result.summary
-    assert result.flags[-3:] == ["-include", str(torch_pch), "-Winvalid-pch"] and result.notes == []
-    assert f"-include {torch_pch} -Winvalid-pch" in cflags_line(tmp_path / "build")
+    assert result.flags[-2:] == pch.include_flags(torch_pch) and result.notes == []
+    assert " ".join(pch.include_flags(torch_pch)) in cflags_line(tmp_path / "build")
     import torch
 
     ext = build.import_extension(result.so_path, result.name)
@@ -222,7 +222,7 @@ def test_off_or_damaged_the_build_goes_on_without_it(torch_pch, tmp_path, monkey
     off = worker_build(kernels)
     assert off["ok"], off["summary"]
     build_dir = Path(off["so_path"]).parent
-    assert "-include" not in off["flags"] and "-include" not in cflags_line(build_dir)
+    assert "-Winvalid-pch" not in off["flags"] and "-Winvalid-pch" not in cflags_line(build_dir)
     assert not (tmp_path / "pch").exists()
     binding_o = (build_dir / "binding.o").stat().st_mtime_ns
 
@@ -234,14 +234,14 @@ def test_off_or_damaged_the_build_goes_on_without_it(torch_pch, tmp_path, monkey
     header.write_text(pch.HEADER_TEXT)
     with open(torch_pch.with_name(torch_pch.name + ".gch"), "rb") as real:
         header.with_name(header.name + ".gch").write_bytes(real.read(64 << 20))
-    (header.parent / pch.META_NAME).write_text(json.dumps({"format": pch.FORMAT, "gch_size": 64 << 20}))
+    (pch.folder_of(header) / pch.META_NAME).write_text(json.dumps({"format": pch.FORMAT, "gch_size": 64 << 20}))
     (kernels / "plain.cpp").write_text(PLAIN % 43)  # an edit, so the build is not a cache hit
 
     damaged = worker_build(kernels)
     assert damaged["ok"], damaged["summary"]
     assert any("could not be used" in n and "PCH" in n for n in damaged["notes"]), damaged["notes"]
-    assert "-include" not in damaged["flags"] and "-include" not in cflags_line(build_dir)
-    assert not (header.parent / pch.META_NAME).exists()  # discarded: the next build makes it again
+    assert "-Winvalid-pch" not in damaged["flags"] and "-Winvalid-pch" not in cflags_line(build_dir)
+    assert not (pch.folder_of(header) / pch.META_NAME).exists()  # discarded: the next build makes it again
     # the retry kept the extension's name, so ninja reused the object built without the PCH above
     assert (build_dir / "binding.o").stat().st_mtime_ns == binding_o
     assert Path(damaged["so_path"]) == Path(off["so_path"])
@@ -272,10 +272,11 @@ def test_extensions_of_different_names_link_one_entry_compiled_once(torch_pch, t
     first, second = (Path(r["so_path"]).parent for r in results)
     assert results[0]["name"] != results[1]["name"]
     entry = linked_entry(first)
-    assert entry is not None and entry.parent == torch_pch.parent and linked_entry(second) == entry
+    folder = pch.folder_of(torch_pch)
+    assert entry is not None and entry.parent == folder and linked_entry(second) == entry
     assert not (first / "binding.o").exists() and not (second / "binding.o").exists()
-    log = (torch_pch.parent.parent / pch.LOG_NAME).read_text()
-    assert log.count(f"{torch_pch.parent.name} {entry.name} ") <= 1  # compiled once, by whichever build came first
+    log = (folder.parent / pch.LOG_NAME).read_text()
+    assert log.count(f"{folder.name} {entry.name} ") <= 1  # compiled once, by whichever build came first
     for r in results:  # PyInit_<name> is the entry's: each imports under its own name
         assert imports(r["so_path"], r["name"]) == []
 
@@ -286,10 +287,11 @@ def test_a_damaged_shared_entry_is_dropped_and_the_build_uses_binding_cpp(torch_
     monkeypatch.delenv("KERNELSMITH_PCH", raising=False)
     root = tmp_path / "pch"
     monkeypatch.setenv("KERNELSMITH_PCH_DIR", str(root))  # a folder of our own beside the real PCH's files
-    (root / torch_pch.parent.name).mkdir(parents=True)
+    real = pch.folder_of(torch_pch)
+    (root / real.name / pch.HEADER_NAME).parent.mkdir(parents=True)
     for name in (pch.HEADER_NAME, pch.HEADER_NAME + ".gch", pch.META_NAME):  # linked, not copied (0.8 GB)
-        _hard_link_or_copy(torch_pch.parent / name, root / torch_pch.parent.name / name)
-    garbage = pch.object_path(root / torch_pch.parent.name / pch.HEADER_NAME, build.ENTRY_INPUTS[0],
+        _hard_link_or_copy(real / name, root / real.name / name)
+    garbage = pch.object_path(root / real.name / pch.HEADER_NAME, build.ENTRY_INPUTS[0],
                               list(build.ENTRY_INPUTS))
     garbage.write_bytes(b"not an object\n")
     kernels = tmp_path / "work" / "kernels"

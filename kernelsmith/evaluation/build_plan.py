@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-INFRA_FILES = ("binding.cpp", "binding_module.cpp", "binding_registry.h")
+INFRA_FILES = ("binding.cpp", "binding_module.cpp", "binding_registry.h", "binding_light.h")
 
 
 class BuildError(Exception):

@@ -111,7 +111,7 @@ def _write_sources(files: dict[str, bytes], sha: str, target: Path) -> None:
         if path.startswith("kernels/"):
             (target / path).parent.mkdir(parents=True, exist_ok=True)
             (target / path).write_bytes(data)
-    for infra in ("binding.cpp", "binding_registry.h"):
+    for infra in ("binding.cpp", "binding_registry.h", "binding_light.h"):
         shutil.copyfile(INFRA / infra, target / infra)
     shutil.copyfile(RUNTIME, target / "_runtime.py")
 

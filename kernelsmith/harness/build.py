@@ -6,10 +6,11 @@ edited copy in a workdir changes nothing. Rebuilds are incremental: ninja
 recompiles only changed objects, and a build whose inputs hash the same as the
 last successful one is a cache hit that skips ninja altogether.
 
-With GCC, the C++ compiles include a precompiled <torch/extension.h> (pch.py; about half of
-each compile): `-include <cache>/pch/<signature>/ks_torch.h -Winvalid-pch` joins their flags,
-never nvcc's. KERNELSMITH_PCH=0 turns it off; a PCH that cannot be made or read only costs
-the speed-up, never the build.
+With GCC, a C++ file whose first include is <torch/extension.h> loads it precompiled (pch.py;
+about half of such a compile): `-I<cache>/pch/<signature> -Winvalid-pch` joins the C++ flags,
+never nvcc's. A light binding (binding_light.h) includes no torch/extension.h and pays nothing for
+it. KERNELSMITH_PCH=0 turns it off; a PCH that cannot be made or read only costs the speed-up,
+never the build.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path, notes:
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
     header = precompiled_header(flags["cflags"], device, notes)
     with pch.in_use(header) as usable:
-        pch_flags = ["-include", shlex.quote(str(header)), "-Winvalid-pch"] if usable else []
+        pch_flags = pch.include_flags(header) if usable else []
         module = module_object(header, flags["cflags"], device, notes) if usable else None
         versions = _versioner_entry(name)
         try:
@@ -104,7 +105,7 @@ def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path, notes:
 
 
 # a compile that the precompiled header itself broke (a damaged .gch, a pruned folder): retried without it
-_PCH_ERROR_RE = re.compile(r"^.*error:.*(?:\bPCH\b|\.gch\b|ks_torch\.h).*$|^.*internal compiler error.*$", re.MULTILINE)
+_PCH_ERROR_RE = re.compile(r"^.*error:.*(?:\bPCH\b|\.gch\b).*$|^.*internal compiler error.*$", re.MULTILINE)
 
 
 def _object_error(log: str, obj: Path) -> bool:
@@ -165,7 +166,7 @@ def _versioner_entry(name: str, restore=None):
 
 
 def precompiled_header(cflags: list[str], device: str, notes: list[str]) -> Path | None:
-    """The `-include` header (with its .gch beside it) for this build's C++ compiles, made on first
+    """The precompiled header (its .gch beside it; pch.include_flags) for this build's C++ compiles, made on first
     use; None when it is off (KERNELSMITH_PCH=0), the compiler is not GCC, or it cannot be had."""
     from kernelsmith.harness import pch
 
@@ -183,7 +184,8 @@ def precompiled_header(cflags: list[str], device: str, notes: list[str]) -> Path
         return None
 
 
-ENTRY_INPUTS = (TEMPLATES / "binding_module.cpp", TEMPLATES / "binding_registry.h")  # the entry, what it includes
+ENTRY_INPUTS = (TEMPLATES / "binding_module.cpp", TEMPLATES / "binding_registry.h",  # the entry, what it includes
+                TEMPLATES / "binding_light.h")
 
 
 def module_object(header: Path, cflags: list[str], device: str, notes: list[str]) -> Path | None:

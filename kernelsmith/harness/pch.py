@@ -1,16 +1,22 @@
 """A GCC precompiled header (PCH) of <torch/extension.h>, shared by every build with the same flags.
 
-Every C++ translation unit of an extension (binding.cpp, each CUDA *_binding.cpp, each CPU kernel)
-includes <torch/extension.h>, and parsing it is about half of each compile. GCC can load the
-parsed header from a .gch file instead, but only one made by the same compiler with the same
-flags. So the .gch lives in a folder named by a hash of everything that must match:
+A C++ translation unit that includes <torch/extension.h> (the extension's entry, a binding written
+with pybind11, a CPU kernel) spends about half of its compile parsing it. GCC can load the parsed
+header from a .gch file instead, but only one made by the same compiler with the same flags. So the
+.gch lives in a folder named by a hash of everything that must match:
 
-    <cache>/pch/<signature>/ks_torch.h        #include <torch/extension.h>
-    <cache>/pch/<signature>/ks_torch.h.gch    the PCH (about 760 MB for a CPU build)
+    <cache>/pch/<signature>/torch/extension.h      #include_next <torch/extension.h>
+    <cache>/pch/<signature>/torch/extension.h.gch  the PCH (about 760 MB for a CPU build)
     <cache>/pch/<signature>/meta.json         written last: the folder is complete
     <cache>/pch/<signature>.lock              flock sidecar; its mtime is the last use
     <cache>/pch/<signature>/<stem>-<hash>.o   objects compiled once with this PCH (ensure_object)
     <cache>/pch/builds.log                    one line per PCH build
+
+The compiles get `-I<cache>/pch/<signature>` (include_flags): GCC looks for `torch/extension.h.gch`
+in each include directory before the header, so a file whose first include is <torch/extension.h>
+loads the PCH, and a file that does not include it (a light binding, binding_light.h; a kernel of
+plain C++) pays nothing for it, as it did under the `-include` this replaced. A .gch GCC rejects
+falls back to the header beside it, whose #include_next finds torch's.
 
 <cache> is $KERNELSMITH_PCH_DIR when set, else $XDG_CACHE_HOME/kernelsmith/pch (~/.cache/...).
 One process builds a PCH (exclusive lock on the sidecar, a temporary name, an atomic rename);
@@ -31,6 +37,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -39,8 +46,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
-HEADER_NAME = "ks_torch.h"
-HEADER_TEXT = "// kernelsmith's precompiled header (see docs/build-speed.md)\n#include <torch/extension.h>\n"
+HEADER_NAME = "torch/extension.h"  # the include it stands in for, under the signature's folder
+HEADER_TEXT = ("// kernelsmith's precompiled header (see docs/build-speed.md): used in place of torch's by a\n"
+               "// file whose first include is <torch/extension.h>; without the .gch, this finds torch's.\n"
+               "#include_next <torch/extension.h>\n")
 # A CUDA binding also includes torch's CUDA context and guard, which pull in the cuBLAS, cuSPARSE and
 # cuSOLVER headers: parsed in every binding of a cold build unless they are in the PCH as well.
 CUDA_HEADER_TEXT = HEADER_TEXT + "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
@@ -54,7 +63,7 @@ def header_text(device: str) -> str:
 META_NAME = "meta.json"
 LOG_NAME = "builds.log"
 KEEP = 2  # signatures kept on disk: each is ~0.8 GB
-FORMAT = 1  # bump when the layout or the signature's inputs change
+FORMAT = 2  # bump when the layout or the signature's inputs change
 DEFAULT_TIMEOUT_S = 600.0  # for building one (it takes about 70 s on 2 cores) or waiting for another process to
 RETRY_AFTER_S = 3600.0  # a PCH that failed to build is not tried again for this long
 _SIG_RE = re.compile(r"[0-9a-f]{20}")
@@ -123,6 +132,16 @@ def signature(compiler: str, cflags: list[str], include_dirs: list[str], extra_i
     return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()[:20]
 
 
+def folder_of(header: Path) -> Path:
+    """The signature's folder of a PCH header (ensure_pch's answer)."""
+    return header.parents[len(Path(HEADER_NAME).parts) - 1]
+
+
+def include_flags(header: Path) -> list[str]:
+    """The flags with which a C++ compile finds the PCH in place of <torch/extension.h>."""
+    return [f"-I{shlex.quote(str(folder_of(header)))}", "-Winvalid-pch"]
+
+
 def header_path(compiler: str, cflags: list[str], include_dirs: list[str], extra_identity=(),
                 header_text: str = HEADER_TEXT, root: str | Path | None = None) -> Path:
     """Where ensure_pch keeps (or would keep) this PCH's header; the .gch sits beside it."""
@@ -133,7 +152,7 @@ def header_path(compiler: str, cflags: list[str], include_dirs: list[str], extra
 def ensure_pch(compiler: str, cflags: list[str], include_dirs: list[str], *, extra_identity=(),
                header_text: str = HEADER_TEXT, root: str | Path | None = None, timeout: float | None = None,
                notes: list[str] | None = None) -> Path | None:
-    """The header to pass as `-include` (with ks_torch.h.gch beside it), built first when missing;
+    """The PCH's header (its .gch beside it; the compiles take include_flags), built first when missing;
     None when it cannot be had in time (a note says why, once).
 
     `cflags` are the flags of the C++ compiles minus the include directories, which come apart in
@@ -142,7 +161,8 @@ def ensure_pch(compiler: str, cflags: list[str], include_dirs: list[str], *, ext
     """
     notes = notes if notes is not None else []
     header = header_path(compiler, cflags, include_dirs, extra_identity, header_text, root)
-    folder, lock = header.parent, _lock_path(header.parent)
+    folder = folder_of(header)
+    lock = _lock_path(folder)
     if _complete(folder):  # the common case: no lock, one stat
         _touch(lock)
         return header
@@ -178,12 +198,12 @@ def in_use(header: Path | None, wait: float = 30.0) -> Iterator[bool]:
         yield False
         return
     try:
-        fd = _acquire(_lock_path(header.parent), fcntl.LOCK_SH, time.monotonic() + wait)
+        fd = _acquire(_lock_path(folder_of(header)), fcntl.LOCK_SH, time.monotonic() + wait)
     except (TimeoutError, OSError):
         yield False
         return
     try:
-        yield _complete(header.parent)
+        yield _complete(folder_of(header))
     finally:
         os.close(fd)
 
@@ -192,7 +212,7 @@ def discard(header: Path) -> None:
     """Forget a PCH that the compiler could not read (a damaged .gch of the recorded size): the next
     ensure_pch builds it again. Removing meta.json is atomic and safe under running compiles."""
     with contextlib.suppress(OSError):
-        (header.parent / META_NAME).unlink()
+        (folder_of(header) / META_NAME).unlink()
 
 
 def prune(root: Path, keep: int = KEEP) -> list[str]:
@@ -230,7 +250,7 @@ def ensure_object(header: Path, compiler: str, cflags: list[str], include_dirs: 
         return None
     limit = timeout_s() if timeout is None else timeout
     try:
-        fd = _acquire(header.parent / "objects.lock", fcntl.LOCK_EX, time.monotonic() + limit)
+        fd = _acquire(folder_of(header) / "objects.lock", fcntl.LOCK_EX, time.monotonic() + limit)
     except (TimeoutError, OSError):
         return None
     try:
@@ -243,19 +263,20 @@ def ensure_object(header: Path, compiler: str, cflags: list[str], include_dirs: 
 def object_path(header: Path, source: Path, inputs: list[Path]) -> Path:
     """Where ensure_object keeps `source`'s object: beside the PCH, named by a hash of `inputs`."""
     digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in inputs)).hexdigest()[:16]
-    return header.parent / f"{source.stem}-{digest}.o"
+    return folder_of(header) / f"{source.stem}-{digest}.o"
 
 
 def _compile_object(compiler, cflags, include_dirs, header, source, quote_dirs, obj: Path, limit, notes) -> Path | None:
     tmp = obj.with_name(f"{obj.name}.tmp-{os.getpid()}")
     cmd = [compiler, *[a for d in include_dirs for a in ("-isystem", d)], *[f"-I{d}" for d in quote_dirs], *cflags,
-           "-include", str(header), "-Winvalid-pch", "-c", str(source), "-o", str(tmp)]
+           f"-I{folder_of(header)}", "-Winvalid-pch", "-c", str(source), "-o", str(tmp)]
     start = time.monotonic()
     reason = _run(cmd, limit)
     if not reason:
         os.replace(tmp, obj)
     tmp.unlink(missing_ok=True)
-    _log(header.parent.parent, f"{header.parent.name} {obj.name} pid={os.getpid()} {time.monotonic() - start:.1f}s "
+    folder = folder_of(header)
+    _log(folder.parent, f"{folder.name} {obj.name} pid={os.getpid()} {time.monotonic() - start:.1f}s "
                                + ("ok" if not reason else "failed: " + reason))
     if reason:
         with contextlib.suppress(OSError):
@@ -361,16 +382,17 @@ def _acquire(path: Path, mode: int, deadline: float) -> int:
 def _compile(compiler, cflags, include_dirs, header_text, folder: Path, limit: float, notes: list[str]) -> bool:
     """Build the PCH into a temporary name and rename it into place (the caller holds the lock)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in [*folder.glob("*.tmp-*"), *folder.glob("*.o.failed")]:  # a process killed mid-build; objects
+    for stale in [*folder.rglob("*.tmp-*"), *folder.glob("*.o.failed")]:  # a process killed mid-build; objects
         stale.unlink(missing_ok=True)                                     # that failed with the old PCH
     (folder / META_NAME).unlink(missing_ok=True)
     header = folder / HEADER_NAME
+    header.parent.mkdir(parents=True, exist_ok=True)
     if not header.is_file() or header.read_text() != header_text:  # never rewritten under a running compile
-        tmp_header = folder / f"{HEADER_NAME}.tmp-{os.getpid()}"
+        tmp_header = header.with_name(f"{header.name}.tmp-{os.getpid()}")
         tmp_header.write_text(header_text)
         os.replace(tmp_header, header)
     gch = folder / (HEADER_NAME + ".gch")
-    tmp = folder / f"{gch.name}.tmp-{os.getpid()}"
+    tmp = gch.with_name(f"{gch.name}.tmp-{os.getpid()}")
     includes = [arg for d in include_dirs for arg in ("-isystem", d)]
     cmd = [compiler, *includes, *cflags, "-x", "c++-header", str(header), "-o", str(tmp)]
     start = time.monotonic()

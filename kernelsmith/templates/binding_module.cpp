@@ -4,8 +4,8 @@
 // precompiled header. This file names no extension: it is compiled once beside the precompiled header,
 // and each extension links the same object with its PyInit_<name> as an alias of PyInit_ks_extension
 // (harness/build.py). pybind11 3 initialises modules in phases, taking the name from the import's spec.
+#include <torch/extension.h>  // first: its precompiled copy is used only there
+
 #include "binding_registry.h"
 
-PYBIND11_MODULE(ks_extension, m) {
-  for (auto& bind : kernelsmith::binders()) bind(m);
-}
+PYBIND11_MODULE(ks_extension, m) { kernelsmith::define_module(m); }

@@ -2,13 +2,11 @@
 // z = x / t, then exp(z - max) written out and summed (double accumulator),
 // then one scaling pass. OpenMP across rows. A fully masked row gives NaN,
 // as PyTorch does.
-#include <torch/extension.h>
+#include "binding_light.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include "binding_registry.h"
 
 static void masked_row_softmax_kernel(const float* x, const uint8_t* mask, float* y, float t,
                                       int64_t rows, int64_t n) {
@@ -36,18 +34,18 @@ static void masked_row_softmax_kernel(const float* x, const uint8_t* mask, float
   }
 }
 
-torch::Tensor masked_row_softmax(torch::Tensor x, torch::Tensor mask, double temperature,
-                                 int64_t config) {
+at::Tensor masked_row_softmax(at::Tensor x, at::Tensor mask, double temperature,
+                              int64_t config) {
   (void)config;
   TORCH_CHECK(x.device().is_cpu() && mask.device().is_cpu(),
               "masked_row_softmax: x and mask must be CPU tensors");
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32, "masked_row_softmax: x must be float32");
-  TORCH_CHECK(mask.scalar_type() == torch::kBool, "masked_row_softmax: mask must be bool");
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "masked_row_softmax: x must be float32");
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_row_softmax: mask must be bool");
   TORCH_CHECK(x.is_contiguous() && mask.is_contiguous(),
               "masked_row_softmax: x and mask must be contiguous");
   TORCH_CHECK(x.dim() >= 1, "masked_row_softmax: x must have at least one dimension");
   TORCH_CHECK(mask.sizes() == x.sizes(), "masked_row_softmax: mask must have the shape of x");
-  auto y = torch::empty_like(x);
+  auto y = at::empty_like(x);
   const int64_t n = x.size(-1);
   if (x.numel() == 0) return y;
   masked_row_softmax_kernel(x.data_ptr<float>(), reinterpret_cast<const uint8_t*>(mask.data_ptr<bool>()),
@@ -55,4 +53,4 @@ torch::Tensor masked_row_softmax(torch::Tensor x, torch::Tensor mask, double tem
   return y;
 }
 
-REGISTER_BINDING(masked_row_softmax, masked_row_softmax);
+REGISTER_KERNEL(masked_row_softmax, masked_row_softmax);

@@ -1,10 +1,8 @@
 // CPU candidate: RMSNorm over the last dimension, float32 in and out, the sum
 // of squares accumulated in double; OpenMP across rows.
-#include <torch/extension.h>
+#include "binding_light.h"
 
 #include <cmath>
-
-#include "binding_registry.h"
 
 static void rms_norm_rows_kernel(const float* x, const float* w, float* y, float eps,
                                  int64_t rows, int64_t n) {
@@ -22,18 +20,18 @@ static void rms_norm_rows_kernel(const float* x, const float* w, float* y, float
   }
 }
 
-torch::Tensor rms_norm_rows(torch::Tensor x, torch::Tensor weight, double eps, int64_t config) {
+at::Tensor rms_norm_rows(at::Tensor x, at::Tensor weight, double eps, int64_t config) {
   (void)config;
   TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu(),
               "rms_norm_rows: x and weight must be CPU tensors");
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32, "rms_norm_rows: x must be float32");
-  TORCH_CHECK(weight.scalar_type() == torch::kFloat32, "rms_norm_rows: weight must be float32");
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "rms_norm_rows: x must be float32");
+  TORCH_CHECK(weight.scalar_type() == at::kFloat, "rms_norm_rows: weight must be float32");
   TORCH_CHECK(x.is_contiguous(), "rms_norm_rows: x must be contiguous");
   TORCH_CHECK(weight.is_contiguous(), "rms_norm_rows: weight must be contiguous");
   TORCH_CHECK(x.dim() >= 1, "rms_norm_rows: x must have at least one dimension");
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(-1),
               "rms_norm_rows: weight must be 1-D with x.size(-1) elements");
-  auto y = torch::empty_like(x);
+  auto y = at::empty_like(x);
   const int64_t n = x.size(-1);
   if (x.numel() == 0) return y;
   rms_norm_rows_kernel(x.data_ptr<float>(), weight.data_ptr<float>(), y.data_ptr<float>(),
@@ -41,4 +39,4 @@ torch::Tensor rms_norm_rows(torch::Tensor x, torch::Tensor weight, double eps, i
   return y;
 }
 
-REGISTER_BINDING(rms_norm_rows, rms_norm_rows);
+REGISTER_KERNEL(rms_norm_rows, rms_norm_rows);
