@@ -520,6 +520,45 @@ def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candid
     assert result.reward <= 1.0
 
 
+def test_an_answer_computed_only_in_the_candidates_own_draws_is_charged_by_its_cycle(candidate, run_eval, monkeypatch):
+    """The same attack, done only for the candidate's draws: the patched pool reads from its caller's frame
+    whose draw it is. Eager's runs (and so the calibration) stay as they were; the candidate's cycle, from
+    one run's end to the next, carries the work, and its shift against eager's cycle is charged."""
+    monkeypatch.delenv("KERNELSMITH_BUSY_OK", raising=False)
+    result = run_eval(candidate('''
+        import sys, time
+        _ready, _model = {}, []
+        _profile = sys.modules["kernelsmith.harness.profile"]
+        _next = _profile.InputPool.next
+        def _next_and_answer(self, fresh=False, _next=_next):
+            inputs = _next(self, fresh)
+            if fresh and _model and sys._getframe(1).f_locals.get("name") == "candidate":
+                (x,) = inputs
+                _ready[x.data_ptr()] = kernel("axpb", x, _model[0].bias.detach())
+                end = time.perf_counter() + 0.05  # a kernel of 50 ms, before the bracket opens
+                while time.perf_counter() < end:
+                    pass
+            return inputs
+        _profile.InputPool.next = _next_and_answer
+
+        class ModelNew(Base):
+            def forward(self, x):
+                if not _model:
+                    _model.append(self)
+                hit = _ready.pop(x.data_ptr(), None)
+                _ready.clear()
+                return kernel("axpb", x, self.bias) if hit is None else hit
+    '''), profile=True, min_runs=80)
+    assert result.correct, result.error
+    if not result.clean:  # past the violation bound
+        assert any("parent's clock" in v for v in result.violations), result.violations
+        return
+    charged = result.timings_ms["candidate"] - result.timings_ms.get("candidate_reported", 1e9)
+    assert charged > 25, (result.timings_ms, result.notes)
+    assert any("charged to the candidate" in n for n in result.notes), result.notes
+    assert result.reward <= 1.0
+
+
 @pytest.mark.parametrize("make", [
     lambda g: torch.randn(4096, 2048, generator=g),  # many rows
     lambda g: torch.randn(4096, 2048, generator=g) + 1000.0,  # a large mean: cancellation in the sum
