@@ -1,16 +1,16 @@
-"""Cold builds of one kernels/ folder, alternating, side by side: the PCH with torch's CUDA headers
-(ATen/cuda/CUDAContext.h, c10/cuda/CUDAGuard.h) against the PCH of <torch/extension.h> alone
-(KERNELSMITH_PCH_CUDA=0), and the module's entry compiled once beside the PCH against binding.cpp
-compiled into every extension (KERNELSMITH_SHARED_ENTRY=0). On the CPU the first two are the same.
+"""Cold builds of one kernels/ folder, alternating, side by side: its light bindings as they are
+(binding_light.h, REGISTER_KERNEL) against the same bindings written with pybind11 (<torch/extension.h>
+first, REGISTER_BINDING from binding_registry.h; nothing else changed), which is how every binding was
+built before 2026-12-05.
 
     python bench/cold_build.py KERNELS_DIR [--device cpu|cuda] [--runs 3] [--out DIR]
 
 Each run copies KERNELS_DIR into a fresh folder (so its extension has a new name and no build
-folder: nothing to reuse but the machine-wide PCH and entry) and times the build worker's own
-call, `kernelsmith.harness.build.build`, in a fresh process (without the jail, which adds the same
-to both). The wall time is from outside; the CPU time is the worker's children (the compilers);
-"slowest" names the longest compiles in ninja's log. Each side's PCH and shared entry are made
-first, untimed.
+folder: nothing to reuse but the machine-wide PCH and the module's entry compiled beside it) and
+times the build worker's own call, `kernelsmith.harness.build.build`, in a fresh process (without
+the jail, which adds the same to both). The wall time is from outside; the CPU time is the worker's
+children (the compilers); "slowest" names the longest compiles in ninja's log. Each side's PCH and
+shared entry are made first, untimed.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -27,16 +28,26 @@ import tempfile
 import time
 from pathlib import Path
 
-SIDES = {"PCH with CUDA headers, shared entry": {},
-         "PCH of torch/extension.h, shared entry": {"KERNELSMITH_PCH_CUDA": "0"},
-         "PCH with CUDA headers, binding.cpp each build": {"KERNELSMITH_SHARED_ENTRY": "0"}}
+
+def as_pybind11(text: str) -> str:
+    """A light binding as it was written before: <torch/extension.h> first (so it gets the PCH) and
+    pybind11's registration."""
+    if '#include "binding_light.h"' not in text:
+        return text
+    text = text.replace('#include "binding_light.h"', '#include <torch/extension.h>\n#include "binding_registry.h"', 1)
+    return re.sub(r"^REGISTER_KERNEL\(", "REGISTER_BINDING(", text, flags=re.M)
 
 
-def one_build(kernels: Path, device: str, side: dict) -> dict:
+SIDES = {"light bindings": lambda text: text, "pybind11 bindings": as_pybind11}
+
+
+def one_build(kernels: Path, device: str, rewrite) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "kernels"
         shutil.copytree(kernels, copy)
-        env = {**os.environ, **side, "KERNELSMITH_BUILD_DIR": str(Path(tmp) / "build")}
+        for source in copy.glob("*.cpp"):
+            source.write_text(rewrite(source.read_text()))
+        env = {**os.environ, "KERNELSMITH_BUILD_DIR": str(Path(tmp) / "build")}
         code = ("import json, sys; from kernelsmith.harness import build; "
                 "r = build.build(sys.argv[1], sys.argv[2]); print(json.dumps({'ok': r.ok, 'summary': r.summary[:300], "
                 "'notes': r.notes, 'seconds': r.seconds}))")

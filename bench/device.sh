@@ -35,7 +35,7 @@ case "$STEP" in
       --out "$OUT" 2>&1 | tail -30 ;;
   pool)       # issue 17: evaluations (verify plus profile) per GPU-hour, 1-3 lanes (sessions) sharing the GPU,
               # each evaluation after an edit (no verdict recalled), spares on; then a cold build of the same
-              # kernels with the PCH of torch's CUDA headers against the PCH of torch/extension.h alone
+              # kernels, light bindings against pybind11 ones
     command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
     K=.dev/kernelbench; C=bench/candidates/level2_45_Gemm_Sigmoid_LogSumExp
     cp $K/level2/45_Gemm_Sigmoid_LogSumExp.py $C/model.py
@@ -44,6 +44,11 @@ case "$STEP" in
     timeout ${LIMIT:-400} python3 bench/pool.py --reference $C/model.py --candidate $C/model_new.py \
       --jobs ${JOBS:-4} --evals-per-gpu ${LANES:-1,2,3} --gpus "${GPUS:-0}" --no-kill --out "$OUT" 2>&1 \
       | grep -v Warn | tee "$OUT/pool.log" | tail -8 ;;
+  cold-build)  # issue 17: cold builds of level2/45's generated kernels (3 light bindings, 5 .cu), light against the
+               # same bindings written with pybind11, alternating; the PCH and the shared entry made first, untimed
+    C=bench/candidates/level2_45_Gemm_Sigmoid_LogSumExp
+    timeout ${COLD_LIMIT:-400} python3 bench/cold_build.py $C/kernels --device cuda --runs ${RUNS:-2} --out "$OUT" 2>&1 \
+      | grep -v Warn | tee "$OUT/cold_build.log" | tail -8 ;;
   pool-sharing)  # issue 17: the pool on level2/45, 3 lanes, with one job per GPU (exclusive) and with the GPU's
                  # readers-writer lock (shared verifies) side by side; compile baselines off (set-up only).
                  # About 2 x (2 min set-up + 2 min of 15 evaluations); a progress line per evaluation.
