@@ -496,7 +496,7 @@ def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candid
                 (x,) = inputs
                 _ready[x.data_ptr()] = kernel("axpb", x, _model[0].bias.detach())
                 # a kernel of 50 ms, run before the bracket opens: on this CPU each run's cycle also writes
-                # 128 MB to flush the cache, whose time under a loaded test run varies by milliseconds
+                # twice the last-level cache to flush it, whose time under a loaded test run varies by milliseconds
                 end = time.perf_counter() + 0.05
                 while time.perf_counter() < end:
                     pass

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import torch
 
-CPU_FLUSH_BYTES = 128 << 20
+CPU_FLUSH_BYTES = 128 << 20  # where the CPU's caches cannot be read
+CPU_FLUSH_MIN_BYTES = 32 << 20
+CPU_CACHES = "/sys/devices/system/cpu"
 # A queued run starts behind a GPU spin of this many cycles (about 0.5 ms on an H200), longer than the
 # host's path to the first kernel (dynamo's guards and Inductor's wrapper: 20-140 us there), so that path
 # is hidden as in do_bench's back-to-back queue, whatever the flush's own length.
@@ -87,7 +89,7 @@ class L2Flusher:
             l2 = torch.cuda.get_device_properties(0).L2_cache_size or (50 << 20)
             nbytes = max(4 * l2, 256 << 20)
         else:
-            nbytes = CPU_FLUSH_BYTES
+            nbytes = cpu_flush_bytes()
         self.nbytes = nbytes
         self.buffer = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
         self.cudart = _load_cudart() if device == "cuda" else None
@@ -96,6 +98,40 @@ class L2Flusher:
         if self.cudart is not None:
             reset_persisting_l2(self.cudart)
         self.buffer.fill_(1.0)
+
+
+def cpu_flush_bytes(root: str = CPU_CACHES) -> int:
+    """Twice the last-level caches of the CPUs this process may run on, each shared cache counted once
+    (an OpenMP kernel's data spreads over all of them), at least CPU_FLUSH_MIN_BYTES; CPU_FLUSH_BYTES
+    where sysfs does not say. A fixed size was too small for a CPU with more cache than it, and on a
+    32 MB one it cost every timed run twice the writes it needed."""
+    caches = {}
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    for cpu in cpus:
+        for index in glob.glob(f"{root}/cpu{cpu}/cache/index*"):
+            cache = _cache(Path(index))
+            if cache:
+                caches[cache[:2]] = cache[2]  # (level, the CPUs sharing it): one entry per physical cache
+    if not caches:
+        return CPU_FLUSH_BYTES
+    last = max(level for level, _ in caches)
+    return max(2 * sum(size for (level, _), size in caches.items() if level == last), CPU_FLUSH_MIN_BYTES)
+
+
+def _cache(index: Path) -> tuple[int, str, int] | None:
+    """(level, shared CPU list, bytes) of one sysfs cache entry that holds data, or None."""
+    try:
+        kind = (index / "type").read_text().strip()
+        level = int((index / "level").read_text())
+        shared = (index / "shared_cpu_list").read_text().strip()
+        size = (index / "size").read_text().strip().upper()
+    except (OSError, ValueError):
+        return None
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+    digits = size.rstrip("KMG")
+    if kind == "Instruction" or not digits.isdigit():
+        return None
+    return level, shared, int(digits) * scale
 
 
 def _load_cudart():
