@@ -167,6 +167,22 @@ def test_a_verify_starts_the_profile_spares_before_it_runs_and_keeps_a_live_one(
     assert again["profile"] == spares["profile"] and all(w.proc.poll() is None for w in spares["profile"])  # kept
 
 
+def test_a_cpu_sessions_verify_starts_one_profile_pair_and_nothing_that_imports_after_it(workdir, run_eval):
+    """A session on the CPU (profile_spares without spare_workers): its verify starts one profile worker and
+    one checksums worker, which import torch while the verify holds the CPU's evaluation slot; nothing is
+    started after an evaluation, where it would import beside another session's timed runs. The profile
+    then waits for no import, its own or its checker's."""
+    verify = run_eval(workdir / "model_new.py", profile_spares=True)
+    assert verify.clean
+    spares = runner.SPARES.by_kind()
+    assert sorted(spares) == ["checksums", "profile"] and len(spares["profile"]) == len(spares["checksums"]) == 1
+    profiled = run_eval(workdir / "model_new.py", profile=True, min_runs=10, profile_spares=True)
+    assert profiled.clean, profiled.error
+    assert spares["profile"][0].proc.wait() == 0 and spares["checksums"][0].proc.wait() == 0  # they ran it
+    assert profiled.seconds.get("profile.ready_wait", 0.0) < 0.5, profiled.seconds
+    assert runner.SPARES.count() == 0  # and none started after it
+
+
 def test_a_sessions_warm_up_starts_its_first_builds_worker_which_that_build_takes(tmp_path, monkeypatch):
     """The first compile of a session started its build worker cold (3.5 s of a 16.9 s compile on the H200):
     the warm-up stocks one for the workdir's kernels/, and the build runs in it."""

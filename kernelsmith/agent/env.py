@@ -111,10 +111,11 @@ def budget_of(settings: Settings) -> Budget:
 
 def eval_options(settings: Settings, config: wd.WorkdirConfig) -> EvalOptions:
     cache = Path(settings.baselines_cache).expanduser().resolve() if settings.baselines_cache else None
-    # spare workers on a GPU only: on the CPU a spare importing torch would take cores from another
-    # session's timed runs
+    # spare workers on a GPU only: on the CPU a spare started after an evaluation would import torch on the
+    # cores of another session's timed runs. A verify's profile spares import while the verify holds the
+    # CPU's evaluation slot (one per machine), so a session's profile skips its workers' imports there too
     return EvalOptions(device=config.device, precision=config.precision, trials=settings.trials, cache_path=cache,
-                       spare_workers=config.device == "cuda")
+                       spare_workers=config.device == "cuda", profile_spares=True)
 
 
 def system_prompt(workdir: Path, config: wd.WorkdirConfig) -> str:

@@ -39,8 +39,8 @@ def evaluate(reference: Path, candidate: Path, opts: EvalOptions) -> EvalResult:
     kernels = candidate.parent / "kernels"
     if build.has_kernels(kernels) and not build_step(kernels, opts, result):
         return finish(result, opts)
-    if opts.spare_workers and not opts.profile:  # a profile of these files, likely next, finds its two workers
-        _stock_profile_spares(reference, candidate, opts)  # with torch imported while this verify runs
+    if (opts.spare_workers or opts.profile_spares) and not opts.profile:  # a profile of these files, likely
+        _stock_profile_spares(reference, candidate, opts)  # next, finds its two workers with torch imported
     with _profile_worker(reference, candidate, opts) as profiling:  # importing torch while verify runs
         if verified(reference, candidate, opts, result) and profiling:
             _profile_with(reference, opts, result, *profiling)
@@ -63,8 +63,9 @@ def _stock_profile_spares(reference: Path, candidate: Path, opts: EvalOptions) -
     they are when its job comes, so one left by a verify that failed serves a later profile as well.)"""
     prepare_watch()  # the spare's jail binds the built watch only if it exists when it starts
     job = profile_job(reference, candidate, replace(opts, profile=True))
-    runner.SPARES.stock(job, opts.timeout_s * 2, runner.ParentClock, depth=PROFILE_SPARES)
-    runner.SPARES.stock(checksums_job(job), opts.timeout_s, depth=PROFILE_SPARES)
+    depth = PROFILE_SPARES if opts.spare_workers else 1  # profile_spares alone (the CPU): each imports on the verify's cores
+    runner.SPARES.stock(job, opts.timeout_s * 2, runner.ParentClock, depth=depth)
+    runner.SPARES.stock(checksums_job(job), opts.timeout_s, depth=depth)
 
 
 def checksums_job(profile: dict) -> dict:
@@ -278,6 +279,9 @@ def profile_step(reference: Path, candidate: Path, opts: EvalOptions, result: Ev
 
 def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: dict, clock: runner.ParentClock,
                   worker: runner.Prestarted, checker: runner.Prestarted) -> None:
+    checker.await_ready()  # no import runs beside the timed runs (on the CPU it would take their cores)
+    if checker.ready_wait_s:
+        result.seconds["profile.checksums.ready_wait"] = checker.ready_wait_s
     start = time.perf_counter()
     try:
         prof = worker.run(job)  # this profile's seed and budget (a spare was started with an earlier one's)

@@ -38,6 +38,9 @@ class EvalOptions:
     # after an evaluation, start the next verify's candidate worker (runner.Spares): for a session, which
     # evaluates its workdir again and again; not for one-shot commands, where it would never be used
     spare_workers: bool = False
+    # a verify starts the profile workers of these files (runner.Spares), so that a profile next finds torch
+    # imported: implied by spare_workers; on its own (a session on the CPU) only that, within the verify
+    profile_spares: bool = False
     thresholds: RewardThresholds = field(default_factory=lambda: DEFAULT)
 
     def threads(self) -> int | None:

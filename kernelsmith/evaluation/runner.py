@@ -253,8 +253,7 @@ class Prestarted:
     def run(self, rest: dict) -> dict:
         """Send the rest of the job, once this GPU runs no other job; the worker's value, or JobFailed."""
         job, start = {**self.job, **rest}, time.perf_counter()
-        self.ready_wait_s = _await_ready(self.ready, self.timeout)  # outside the lock: the GPU serves others
-        self.ready = None
+        self.await_ready()  # outside the lock: the GPU serves others
         if self.clock:
             self.clock.before_job()
         asked = time.perf_counter()
@@ -264,6 +263,12 @@ class Prestarted:
         if locked:  # what a pool's lanes queue for: the job's load, its work and its worker's exit
             self.gpu_lock = {"lock_wait": round(taken - asked, 3), "lock_held": elapsed(taken)}
         return _read_answer(job, code, self.log_path.read_text(errors="replace"), self.timeout)
+
+    def await_ready(self) -> None:
+        """Wait (once) until the worker has imported torch; `ready_wait_s` says how long."""
+        if self.ready is not None:
+            self.ready_wait_s = _await_ready(self.ready, self.timeout)
+            self.ready = None
 
     def __exit__(self, *exc) -> None:
         self._close()
