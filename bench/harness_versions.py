@@ -6,7 +6,9 @@ Each pair is scored by both versions, alternating, twice each (the first with th
 build and baselines; the second warm). Each version has its own cache folder (XDG_CACHE_HOME), so
 neither reuses the other's baselines. --prewarm REF:CAND is scored once by each version first, not
 timed: the machine-wide one-time builds (the precompiled header, the op watch) then do not land on
-whichever task comes first. Prints a table; writes harness_versions.json after every row.
+whichever task comes first. Each version scores its own copy of the candidate's folder: a package
+without light bindings (v2 has no templates/binding_light.h) gets them written with pybind11, as
+its builds always had them. Prints a table; writes harness_versions.json after every row.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,6 +24,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cold_build import as_pybind11  # noqa: E402
 
 
 def score(package_root: Path, cache: Path, reference: str, candidate: str, device: str, compile_flag: str) -> dict:
@@ -38,6 +43,18 @@ def score(package_root: Path, cache: Path, reference: str, candidate: str, devic
             "speedup_vs_eager": result.get("speedup_vs_eager"), "speedup_vs_compile": result.get("speedup_vs_compile"),
             "harness": result.get("harness_version"), "seconds": result.get("seconds"),
             "error": result.get("error", "")[:200], "contended": result.get("contended", "")}
+
+
+def candidate_copy(package_root: Path, candidate: str, into: Path) -> str:
+    """The candidate's folder (model_new.py, kernels/) copied for one version, its light bindings written
+    with pybind11 where that version's package has no binding_light.h; the copy's model_new.py."""
+    source = Path(candidate).resolve().parent
+    if not into.exists():
+        shutil.copytree(source, into, ignore=shutil.ignore_patterns(".kernelsmith", "__pycache__"))
+        if not (package_root / "kernelsmith" / "templates" / "binding_light.h").is_file():
+            for path in (into / "kernels").glob("*.cpp"):
+                path.write_text(as_pybind11(path.read_text()))
+    return str(into / Path(candidate).name)
 
 
 def task_name(reference: str) -> str:
@@ -61,14 +78,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name, root in versions.items() if args.prewarm else ():
             reference, candidate = args.prewarm.split(":")
-            warm = score(root, Path(tmp) / name, reference, candidate, args.device, "--no-compile")
+            copy = candidate_copy(root, candidate, Path(tmp) / "prewarm" / name)
+            warm = score(root, Path(tmp) / name, reference, copy, args.device, "--no-compile")
             print(f"prewarm {name}: {warm['wall_s']} s", flush=True)
         for pair in args.pairs:
             reference, candidate = pair.split(":")
             for attempt in ("cold", "warm"):
                 for name, root in versions.items():
+                    copy = candidate_copy(root, candidate, Path(tmp) / "candidates" / task_name(reference) / name)
                     row = {"task": task_name(reference), "version": name, "caches": attempt,
-                           **score(root, Path(tmp) / name, reference, candidate, args.device,
+                           **score(root, Path(tmp) / name, reference, copy, args.device,
                                     "--compile" if args.compile else "--no-compile")}
                     rows.append(row)
                     print(f"{row['task'][:30]:30} {name} {attempt:4} {row['wall_s']:7.1f} s  correct={row.get('correct')} "
