@@ -1,0 +1,109 @@
+"""`kernelsmith train value` on the CPU: a tiny causal LM built from a config (no model hub), trajectories of
+the exported format, the critic trained on GAE returns of the outcome reward. What a user checks: the loss
+falls, the critic tells winning trajectories from losing ones, the saved critic reloads to the same values,
+and bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from kernelsmith.errors import BadInput  # noqa: E402
+from kernelsmith.train import critic as critics  # noqa: E402
+from kernelsmith.train import value  # noqa: E402
+
+VOCAB = 64
+WIN, LOSE = 7, 9  # a token the policy writes in every turn of a winning (losing) trajectory
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                      pad_token_id=0)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def trajectory(rng: random.Random, win: bool) -> dict:
+    """Prompt, then policy turns and tool outputs alternating; the policy's tokens say how it ends."""
+    ids, mask = [rng.randrange(10, VOCAB) for _ in range(6)], [0] * 6
+    for _ in range(3):
+        turn = [rng.randrange(10, VOCAB) for _ in range(4)] + [WIN if win else LOSE]
+        tool = [rng.randrange(10, VOCAB) for _ in range(5)]
+        ids, mask = ids + turn + tool, mask + [1] * len(turn) + [0] * len(tool)
+    return {"format": 1, "input_ids": ids, "loss_mask": mask, "rewards": {"final": 3.0 if win else -1.0, "turns": []}}
+
+
+def write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    rng = random.Random(1)
+    return write(tmp_path / "trajectories.jsonl", [trajectory(rng, win=i % 2 == 0) for i in range(8)])
+
+
+def mean_values(critic, rows: list[dict]) -> list[float]:
+    batch = value.batch_of(rows, 0, "cpu")
+    with torch.no_grad():
+        values = critic(batch["input_ids"], batch["attention_mask"])
+    return [float(v) for v in (values * batch["mask"]).sum(1) / batch["mask"].sum(1)]
+
+
+def test_the_critic_learns_the_outcome_and_its_loss_falls(tiny_model, data, tmp_path):
+    rows = value.read_trajectories(data)
+    cfg = value.ValueConfig(epochs=40, lr=3e-3, batch_size=4, seed=0)
+    summary = value.train(rows, tiny_model, tmp_path / "critic", cfg)
+    assert summary["steps"] == 80 and summary["last"]["value_loss"] < 0.2 * summary["first"]["value_loss"]
+    metrics = [json.loads(line) for line in (tmp_path / "critic" / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 80 and metrics[-1]["explained_variance"] > 0.5, metrics[-1]
+    critic = critics.load(tmp_path / "critic")
+    means = mean_values(critic, rows)
+    wins, losses = means[0::2], means[1::2]
+    assert min(wins) > max(losses), means  # every winning trajectory valued above every losing one
+    assert min(wins) > 1.0 and max(losses) < 0.5, means
+
+
+def test_a_saved_critic_reloads_to_the_same_values_and_training_goes_on_from_it(tiny_model, data, tmp_path):
+    rows = value.read_trajectories(data)
+    cfg = value.ValueConfig(epochs=2, lr=1e-3, batch_size=4)
+    value.train(rows, tiny_model, tmp_path / "a", cfg)
+    first = critics.load(tmp_path / "a")
+    again = critics.load(tmp_path / "a")
+    assert mean_values(first, rows) == mean_values(again, rows)
+    assert any(abs(v) > 1e-4 for v in mean_values(first, rows))  # trained: the head is no longer zero
+    more = value.train(rows, tmp_path / "a", tmp_path / "b", cfg)  # from the critic, not a fresh head
+    assert more["first"]["values_mean"] != 0.0
+
+
+def test_min_reward_filters_and_long_trajectories_are_skipped_not_cut(data):
+    rows = value.read_trajectories(data, min_reward=0.0)
+    assert len(rows) == 4 and all(r["rewards"]["final"] == 3.0 for r in rows)
+    kept, skipped = value.fitting(value.read_trajectories(data), max_tokens=20)
+    assert kept == [] and skipped == 8
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json\n", "is not JSON"),
+    (json.dumps({"format": 99, "input_ids": [1], "loss_mask": [1]}) + "\n", "is not a format-1 trajectory"),
+    (json.dumps({"format": 1, "input_ids": [1, 2], "loss_mask": [0, 0], "rewards": {"final": 1}}) + "\n",
+     "no policy tokens"),
+])
+def test_bad_trajectory_files_are_one_line_errors(tmp_path, text, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text)
+    with pytest.raises(BadInput, match=message):
+        value.read_trajectories(path)
+    with pytest.raises(BadInput, match="no trajectory file"):
+        value.read_trajectories(tmp_path / "absent.jsonl")
