@@ -1,0 +1,89 @@
+"""RFT's selection and fine-tuning on the CPU: a tiny Llama and a word-level tokenizer built here (no model hub),
+trained with TRL's SFTTrainer on exported-format trajectories. What a user checks: only the trajectories fit
+to imitate are kept, with the reasons counted; the student learns the policy's tokens and is not taught the
+tool outputs (the loss mask reaches TRL); the checkpoint reloads."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("trl")
+
+from kernelsmith.train import rft  # noqa: E402
+
+VOCAB = 64
+POLICY = [7, 11, 12, 13]  # what the teacher writes every turn
+TOOL = [20, 21, 22, 23, 24]  # what every tool answers: context, never a target
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory) -> Path:
+    from tokenizers import Tokenizer, models
+
+    folder = tmp_path_factory.mktemp("student")
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t1")),
+                                                unk_token="t1", pad_token="t0", eos_token="t2")
+    fast.save_pretrained(folder)
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                      pad_token_id=0, eos_token_id=2)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def trajectory(rng: random.Random, final: float = 3.0, **extra) -> dict:
+    ids, mask = [rng.randrange(30, VOCAB) for _ in range(6)], [0] * 6
+    for _ in range(3):
+        ids, mask = ids + POLICY + TOOL, mask + [1] * len(POLICY) + [0] * len(TOOL)
+    return {"format": 1, "input_ids": ids, "loss_mask": mask, "rewards": {"final": final, "turns": []}, **extra}
+
+
+def nll(folder: Path, rows: list[dict], policy: bool) -> float:
+    """Mean negative log-likelihood of the policy's tokens (or of the tool outputs' tokens after their first)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True)
+    losses = []
+    for row in rows:
+        ids = torch.tensor([row["input_ids"]])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids).logits[0, :-1], -1)
+        for t in range(1, len(row["input_ids"])):
+            tool_inside = not row["loss_mask"][t] and not row["loss_mask"][t - 1] and t > 6
+            if (row["loss_mask"][t] == 1) if policy else tool_inside:
+                losses.append(-float(logp[t - 1, row["input_ids"][t]]))
+    return sum(losses) / len(losses)
+
+
+def test_the_student_learns_the_policys_tokens_and_not_the_tool_outputs(student, tmp_path):
+    rng = random.Random(0)
+    rows = [trajectory(rng) for _ in range(8)]
+    before = nll(student, rows, policy=True), nll(student, rows, policy=False)
+    summary = rft.finetune(rows, student, tmp_path / "ckpt", rft.RftConfig(epochs=15, lr=3e-3, grad_accum=2))
+    after = nll(tmp_path / "ckpt", rows, policy=True), nll(tmp_path / "ckpt", rows, policy=False)
+    assert summary["steps"] > 10 and summary["last"]["loss"] < summary["first"]["loss"]
+    assert after[0] < 0.25 * before[0], (before, after)  # the teacher's tokens: learnt
+    assert before[1] - after[1] < 0.25 * (before[0] - after[0]), (before, after)  # the tool outputs: not taught
+    assert (tmp_path / "ckpt" / "metrics.jsonl").read_text().count("\n") == summary["steps"]
+    assert transformers.AutoTokenizer.from_pretrained(str(tmp_path / "ckpt"), local_files_only=True).pad_token == "t0"
+
+
+def test_only_trajectories_fit_to_imitate_are_kept_and_the_rest_counted_by_reason():
+    rng = random.Random(1)
+    loop_turn = {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "name": "verify", "arguments": {}}]}
+    rows = [trajectory(rng, 3.0), trajectory(rng, 2.0), trajectory(rng, -1.0), trajectory(rng, 0.0),
+            trajectory(rng, 3.0, flags={"violations": ["timed outputs differ"]}),
+            trajectory(rng, 3.0, messages=[loop_turn, {"role": "tool", "content": "x"}] * rft.LOOP_REPEATS),
+            trajectory(rng, 3.0, flags={"malformed_calls": 2})]
+    kept, reasons = rft.select(rows)
+    assert [r["rewards"]["final"] for r in kept] == [3.0, 2.0]
+    assert reasons == {"reward": 2, "flagged": 1, "looping": 1, "malformed": 1}
+    assert len(rft.select(rows, min_reward=2.0)[0]) == 1
+    two = [loop_turn, {"role": "tool", "content": "x"}] * (rft.LOOP_REPEATS - 1)
+    assert not rft.looping(two)  # a tool called again once is not a loop
