@@ -589,6 +589,59 @@ def review(target: Optional[Path] = typer.Argument(None, help="workdir, session 
     review_app.run()
 
 
+train_app = typer.Typer(no_args_is_help=True, help="Train an open model on kernelsmith's environment (issue 19).")
+app.add_typer(train_app, name="train")
+
+
+@train_app.command("trajectories")
+def train_trajectories(
+        targets: List[str] = typer.Argument(..., help="workdirs (all their sessions), folders of workdirs, "
+                                            "session folders, events.jsonl files or session ids"),
+        out: Path = typer.Option(..., "--out", "-o", help="JSONL file to write (docs/trajectories.md)"),
+        min_reward: Optional[float] = typer.Option(None, "--min-reward",
+                                                   help="keep sessions whose final reward is at least this"),
+        tokenizer: Optional[Path] = typer.Option(None, "--tokenizer",
+                                                 help="local tokenizer folder whose chat template renders the chats"),
+        workdir: Optional[Path] = typer.Option(None, "--workdir", "-w",
+                                               help="workdir of session ids (default: .)")) -> None:
+    """Export session records as trajectories: rendered chat, token ids, policy-token mask, rewards."""
+    from kernelsmith.train import trajectories as tr
+
+    tr.check_tokenizer_folder(tokenizer)  # before the sessions are looked for, and before transformers loads
+    paths = tr.session_files(targets, (workdir or Path.cwd()).resolve())
+    if not paths:
+        raise BadInput(f"no session records in {', '.join(targets)}",
+                       "give workdirs with sessions (.kernelsmith/sessions/), session folders or events.jsonl files")
+    loaded = tr.load_tokenizer(tokenizer)
+    summary = tr.export_trajectories(paths, loaded, tokenizer, out, min_reward)
+    for note in summary.notes:  # on stderr: the ledger's claims and keys, as `kernelsmith log` prints them
+        print(f"note: {note}", file=sys.stderr)
+    _report_trajectories(summary, out)
+
+
+def _report_trajectories(summary, out: Path) -> None:
+    from collections import Counter
+
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kernelsmith.console import console
+
+    table = Table(title="trajectories", show_header=False)
+    table.add_row("sessions read", str(summary.read))
+    lines = f"{summary.lines} trajector{'y' if summary.lines == 1 else 'ies'}"
+    table.add_row("exported", f"{summary.exported} session(s), {lines}")
+    table.add_row("skipped", str(len(summary.skipped)))
+    table.add_row("tokens", f"{summary.tokens:,}")
+    table.add_row("policy tokens", f"{summary.policy_tokens:,} ({summary.policy_fraction:.1%})")
+    console.print(table)
+    for reason, count in Counter(reason for _, reason in summary.skipped).most_common():
+        sessions = [s for s, r in summary.skipped if r == reason]
+        console.print(f"skipped {count}: {escape(reason)} ({', '.join(sessions[:3])}{', ...' if count > 3 else ''})",
+                      soft_wrap=True)
+    console.print(f"written: {escape(str(out))}", soft_wrap=True)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Console entry point: typed errors become one line and an exit code."""
     from kernelsmith.console import err_console
