@@ -619,6 +619,80 @@ def train_trajectories(
     _report_trajectories(summary, out)
 
 
+@train_app.command("rft")
+def train_rft(
+        tasks: List[Path] = typer.Option(..., "--tasks", help="task files or folders (e.g. kernelsmith synth's DIR/tasks)"),
+        model: Path = typer.Option(..., "--model", help="the student: a local causal LM checkpoint with its tokenizer"),
+        out: Path = typer.Option(..., "--out", "-o", help="the student's new checkpoint, with rollouts/, "
+                                 "trajectories.jsonl, rft.json and metrics.jsonl"),
+        teacher: str = typer.Option("builtin", "--teacher", help="builtin (no API key), anthropic, openai or scripted"),
+        teacher_model: Optional[str] = typer.Option(None, "--teacher-model", help="the teacher backend's model"),
+        base_url: Optional[str] = typer.Option(None, "--base-url", help="openai teacher: an OpenAI-compatible server"),
+        script: Optional[str] = typer.Option(None, "--script", help="scripted teacher: turns JSON"),
+        samples: int = typer.Option(4, "--samples", help="teacher sessions per task"),
+        max_turns: Optional[int] = typer.Option(None, "--max-turns"),
+        workers: int = typer.Option(1, "--workers", help="sessions at a time"),
+        min_reward: float = typer.Option(0.0, "--min-reward", help="keep trajectories whose final reward exceeds this"),
+        epochs: float = typer.Option(2.0, "--epochs"), lr: float = typer.Option(1e-5, "--lr"),
+        grad_accum: int = typer.Option(8, "--grad-accum", help="trajectories per optimizer step"),
+        max_tokens: int = typer.Option(32768, "--max-tokens", help="longer trajectories are left out, not cut"),
+        device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt) -> None:
+    """Rejection-sampling fine-tuning: the teacher's verified sessions, selected, then SFT of the student."""
+    import contextlib
+    import dataclasses
+
+    from kernelsmith import bench as bench_mod
+    from kernelsmith.train import rft
+
+    if teacher not in rft.TEACHERS:
+        raise BadInput(f"unknown --teacher {teacher!r}", f"one of {', '.join(rft.TEACHERS)} (hf sampling comes with "
+                       "the hf backend)")
+    if samples < 1:
+        raise BadInput(f"--samples must be at least 1, not {samples}")
+    if not (model / "config.json").is_file():
+        raise BadInput(f"no model checkpoint in {model}", "give a local folder with config.json, weights and a tokenizer")
+    flags = {"backend": teacher, "model": teacher_model, "base_url": base_url, "script": script, "device": device,
+             "precision": precision, "max_turns": max_turns}
+    settings = load_bench_settings(flags)
+    settings = dataclasses.replace(settings, device=_options(settings.device, settings.precision).device)
+    plan = rft.RftPlan(bench_mod.task_files(tasks), settings, samples, model.resolve(), out.resolve(), workers,
+                       min_reward, rft.RftConfig(epochs=epochs, lr=lr, grad_accum=grad_accum, max_tokens=max_tokens))
+    with contextlib.closing(_make_sandbox("local", settings.device, None)) as pool:
+        summary = rft.run(plan, pool, on_row=_print_rollout, on_log=_print_training)
+    _report_rft(summary)
+
+
+def _print_rollout(row: dict) -> None:
+    from rich.markup import escape
+
+    from kernelsmith.console import console
+
+    console.print(f"rollout {escape(Path(row.get('task', '')).stem)} run {row.get('run')}: "
+                  f"{row.get('status')} reward {row.get('reward')}", soft_wrap=True)
+
+
+def _print_training(row: dict) -> None:
+    from kernelsmith.console import console
+
+    console.print(f"step {row.get('step', '?')} loss {row.get('loss', float('nan')):.4f}", soft_wrap=True)
+
+
+def _report_rft(summary: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kernelsmith.console import console
+
+    table = Table(title="rft", show_header=False)
+    table.add_row("teacher sessions", str(summary["sessions"]))
+    table.add_row("trajectories", f"{summary['trajectories']}, kept {summary['kept']}")
+    table.add_row("rejected", ", ".join(f"{n} {why}" for why, n in summary["rejected"].items()) or "none")
+    table.add_row("training steps", str(summary["steps"]))
+    table.add_row("loss", f"{summary['first'].get('loss', float('nan')):.4f} -> {summary['last'].get('loss', float('nan')):.4f}")
+    console.print(table)
+    console.print(f"checkpoint: {escape(summary['out'])}", soft_wrap=True)
+
+
 def _report_trajectories(summary, out: Path) -> None:
     from collections import Counter
 

@@ -87,3 +87,37 @@ def test_only_trajectories_fit_to_imitate_are_kept_and_the_rest_counted_by_reaso
     assert len(rft.select(rows, min_reward=2.0)[0]) == 1
     two = [loop_turn, {"role": "tool", "content": "x"}] * (rft.LOOP_REPEATS - 1)
     assert not rft.looping(two)  # a tool called again once is not a loop
+
+
+def test_rft_end_to_end_with_the_builtin_teacher_and_no_api_key(tmp_path):
+    """`kernelsmith train rft`: the built-in policy's sessions on a CPU task (verified kernels, no API key),
+    exported with the student's tokenizer, selected, and the student fine-tuned on them; then bad input."""
+    import subprocess
+    import sys
+
+    from tinymodels import CHATML, CORPUS, build_tokenizer, tiny_llama
+
+    root = Path(__file__).resolve().parents[1]
+    corpus = CORPUS + [p.read_text() for p in (root / "prompts").glob("*.md")] + [(root / "skills" / "cpu" / "SKILL.md").read_text()]
+    student = build_tokenizer(tmp_path / "student", CHATML, corpus, vocab_size=3000)
+    tiny_llama(student, vocab_size=3000)
+    out = tmp_path / "out"
+    cli = [sys.executable, "-m", "kernelsmith.cli", "train", "rft"]
+    args = ["--tasks", str(Path(__file__).parent / "data" / "builtin" / "pointwise.py"), "--model", str(student),
+            "--out", str(out), "--samples", "1", "--max-turns", "4", "--device", "cpu", "--epochs", "1",
+            "--grad-accum", "1", "--lr", "1e-3"]
+    proc = subprocess.run(cli + args, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    selection = json.loads((out / "rft.json").read_text())
+    assert selection["sessions"] == 1 and selection["kept"] == 1, selection  # the teacher's verified kernel
+    kept = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert kept[0]["rewards"]["final"] >= 1.0 and kept[0]["provenance"]["backend"] == "builtin"
+    assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()
+    assert (out / "metrics.jsonl").read_text().strip()
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(str(out), local_files_only=True)
+    assert reloaded.config.vocab_size == 3000
+
+    for bad, words in [(["--teacher", "oracle"], "unknown --teacher"), (["--samples", "0"], "--samples"),
+                       (["--model", str(tmp_path / "absent")], "no model checkpoint")]:
+        again = subprocess.run(cli + args + bad, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert again.returncode == 2 and words in again.stderr and "Traceback" not in again.stderr, again.stderr

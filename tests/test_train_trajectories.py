@@ -29,66 +29,10 @@ from kernelsmith.session import reader
 from kernelsmith.session.ledger import key_id, own_key
 from kernelsmith.session.recorder import Recorder
 from kernelsmith.task import TaskSource
+from tinymodels import CHATML, NO_TOOLS, SPACE_PROMPT, build_tokenizer  # noqa: F401
 
 DATA = Path(__file__).parent / "data" / "triple_session"
 CLI = [sys.executable, "-m", "kernelsmith.cli"]
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-
-# ChatML with tools in the system message and tool calls as <tool_call>JSON</tool_call>.
-CHATML = (
-    "{%- if tools %}{{ '<|im_start|>system\\n' }}"
-    "{%- if messages and messages[0].role == 'system' %}{{ messages[0].content + '\\n\\n' }}{%- endif %}"
-    "{{ '# Tools\\n' }}{%- for tool in tools %}{{ tool | tojson }}{{ '\\n' }}{%- endfor %}{{ '<|im_end|>\\n' }}"
-    "{%- elif messages and messages[0].role == 'system' %}"
-    "{{ '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'assistant' %}{{ '<|im_start|>assistant\\n' + message.content }}"
-    "{%- for call in message.tool_calls or [] %}{{ '<tool_call>' }}"
-    "{{ {'name': call.function.name, 'arguments': call.function.arguments} | tojson }}{{ '</tool_call>' }}"
-    "{%- endfor %}{{ '<|im_end|>\\n' }}"
-    "{%- elif message.role == 'tool' %}{{ '<|im_start|>tool\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- elif message.role != 'system' %}"
-    "{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
-
-# Plain text whose generation prompt ends in a space: "Assistant: " + "Let" tokenises as " Let" in the
-# whole text but as " " and "Let" message by message, the classic cause of misaligned masks.
-SPACE_PROMPT = (
-    "{%- if tools %}{{ 'Tools:' }}{%- for tool in tools %}{{ ' ' + tool.function.name }}{%- endfor %}"
-    "{{ '\\n' }}{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'assistant' %}{{ 'Assistant: ' + message.content }}"
-    "{%- for call in message.tool_calls or [] %}{{ '<tool_call>' + (call.function | tojson) + '</tool_call>' }}"
-    "{%- endfor %}{{ '<|im_end|>\\n' }}"
-    "{%- else %}{{ message.role + ': ' + message.content + '\\n' }}{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{ 'Assistant: ' }}{%- endif %}")
-
-# SmolLM2's kind of template: no tools, and an assistant message is its content alone.
-NO_TOOLS = ("{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' + message.content + "
-            "'<|im_end|>\\n' }}{%- endfor %}"
-            "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
-
-CORPUS = ["system user assistant tool verify profile compile write_file read_file finish kernel triple",
-          '<tool_call>{"name": "verify", "arguments": {}}</tool_call>', "Assistant: Let me read the task.",
-          "Assistant: <tool_call>", "Assistant: Done."] * 20
-
-
-def build_tokenizer(folder: Path, template: str) -> Path:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    model = Tokenizer(models.BPE())
-    model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    model.decoder = decoders.ByteLevel()
-    model.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS,
-                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tokenizer.chat_template = template
-    tokenizer.save_pretrained(str(folder))
-    return folder
-
-
 def load(folder: Path):
     from transformers import AutoTokenizer
 

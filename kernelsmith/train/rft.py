@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -103,3 +103,58 @@ def finetune(rows: list[dict], model: Path, out: Path, cfg: RftConfig, device: s
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
     return {"trajectories": len(rows), "steps": len(history), "first": history[0] if history else {},
             "last": history[-1] if history else {}, "out": str(out)}
+
+
+TEACHERS = ("builtin", "anthropic", "openai", "scripted")
+
+
+@dataclass
+class RftPlan:
+    tasks: list[Path]
+    settings: object  # config.Settings of the teacher's sessions
+    samples: int
+    model: Path  # the student: a local causal LM checkpoint with its tokenizer (its chat template renders)
+    out: Path
+    workers: int = 1
+    min_reward: float = 0.0
+    config: RftConfig = field(default_factory=RftConfig)
+
+
+def sample(plan: RftPlan, sandbox, on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """`samples` sessions of the teacher per task through the fleet (bench's runner: resumable, one row
+    each) in OUT/rollouts."""
+    from kernelsmith import bench
+
+    rollouts = bench.BenchPlan(plan.settings, plan.settings.device, plan.out / "rollouts", plan.samples,
+                               plan.workers, resume=True, lint=False, meta={"teacher": plan.settings.backend})
+    return bench.run_bench(rollouts, plan.tasks, sandbox, on_row)
+
+
+def export(plan: RftPlan):
+    """The rollouts' sessions as trajectories rendered with the student's tokenizer (OUT/trajectories.jsonl)."""
+    from kernelsmith.train import trajectories
+
+    tokenizer = trajectories.load_tokenizer(plan.model)
+    paths = trajectories.session_files([str(plan.out / "rollouts" / "workdirs")], plan.out)
+    return trajectories.export_trajectories(paths, tokenizer, plan.model, plan.out / "trajectories.jsonl")
+
+
+def run(plan: RftPlan, sandbox, on_row=None, on_log=None) -> dict:
+    """Sample, export, select, fine-tune: the student's checkpoint is written to OUT."""
+    from kernelsmith.train import value
+
+    rows = sample(plan, sandbox, on_row)
+    exported = export(plan)
+    kept, reasons = select(value.read_trajectories(plan.out / "trajectories.jsonl"), plan.min_reward)
+    selection = {"sessions": len(rows), "trajectories": exported.lines, "kept": len(kept), "rejected": dict(reasons),
+                 "skipped_sessions": exported.skipped}
+    (plan.out / "rft.json").write_text(json.dumps(selection, indent=1) + "\n")
+    if not kept:
+        raise BadInput(f"no trajectory is fit to imitate ({_reasons(reasons, exported)})",
+                       "sample more (--samples), give the teacher more turns, or lower --min-reward")
+    return {**selection, **finetune(kept, plan.model, plan.out, plan.config, plan.settings.device, on_log)}
+
+
+def _reasons(reasons: Counter, exported) -> str:
+    said = [f"{n} {why}" for why, n in reasons.most_common()] + [f"{len(exported.skipped)} sessions skipped"]
+    return ", ".join(said)

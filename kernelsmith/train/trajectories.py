@@ -367,10 +367,23 @@ def harness_versions(evals: list[dict]) -> list[str]:
     return sorted({str(r["harness_version"]) for r in results if r.get("harness_version")})
 
 
+MALFORMED = ("error: no tool named ", "error: bad arguments for ")  # agent/tools.py's answers to a malformed call
+
+
+def flags_of(events: list[dict]) -> dict[str, int]:
+    """What a trainer's selection reads (RFT keeps neither): the session's evaluations the harness flagged
+    with violations, and its tool calls the tools refused as malformed."""
+    results = [e for e in events if e["kind"] == "tool_result"]
+    evals = [e for e in events if e["kind"] == "eval_result" and isinstance(e.get("result"), dict)]
+    return {"violations": sum(1 for e in evals if e["result"].get("violations")),
+            "malformed_calls": sum(1 for e in results if str(e.get("content", "")).startswith(MALFORMED))}
+
+
 def session_trajectories(source: Source, events: list[dict], template: Template) -> list[dict[str, Any]]:
     """One line per context the policy worked in (a compaction starts a new one)."""
     start = next(e for e in events if e["kind"] == "session_start")
     whole = fold(events)
+    flags = flags_of(events)
     best = best_kernel(session_kernels(source.kernels, start["session_id"]))
     parts, lines = context_parts(events), []
     for index, part in enumerate(parts):
@@ -380,7 +393,8 @@ def session_trajectories(source: Source, events: list[dict], template: Template)
         where = f"session {start['session_id']}" + (f" (context {index + 1} of {len(parts)})" if index else "")
         rendered = render_chat(template.tokenizer, chat, template.tools, where)
         rewards = {"final": final_reward(best), "best": best, "turns": turn_rewards(state.evals, rendered.spans)}
-        lines.append(trajectory(source, start, whole, chat, rendered, rewards, (index, len(parts)), template))
+        lines.append({**trajectory(source, start, whole, chat, rendered, rewards, (index, len(parts)), template),
+                      "flags": flags})
     return lines
 
 
