@@ -662,6 +662,53 @@ def train_rft(
     _report_rft(summary)
 
 
+@train_app.command("value")
+def train_value(
+        data: Path = typer.Option(..., "--data", help="trajectories JSONL (kernelsmith train trajectories, or rft's)"),
+        model: Path = typer.Option(..., "--model", help="a causal LM checkpoint (the RFT student), or a critic"),
+        out: Path = typer.Option(..., "--out", "-o", help="the critic's folder (with metrics.jsonl)"),
+        epochs: int = typer.Option(2, "--epochs"), lr: float = typer.Option(1e-5, "--lr"),
+        batch_size: int = typer.Option(4, "--batch-size"),
+        min_reward: Optional[float] = typer.Option(None, "--min-reward", help="train on these trajectories only"),
+        max_tokens: int = typer.Option(32768, "--max-tokens", help="longer trajectories are left out, not cut"),
+        seed: int = typer.Option(0, "--seed"), device: Optional[str] = DeviceOpt) -> None:
+    """Value pretraining: a token-level critic on GAE returns (gamma 1, lambda 0.95) of the outcome reward."""
+    from kernelsmith.train import critic, value
+
+    if not ((model / "config.json").is_file() or critic.is_critic(model)):
+        raise BadInput(f"no model checkpoint in {model}", "give a local folder with config.json and weights")
+    rows, skipped = value.fitting(value.read_trajectories(data, min_reward), max_tokens)
+    if not rows:
+        raise BadInput(f"no trajectory to train on in {data}" + (f" ({skipped} over --max-tokens)" if skipped else ""),
+                       "export some with `kernelsmith train trajectories`, or lower --min-reward")
+    cfg = value.ValueConfig(epochs=epochs, lr=lr, batch_size=batch_size, max_tokens=max_tokens, seed=seed)
+    summary = value.train(rows, model.resolve(), out.resolve(), cfg, _options(device, None).device,
+                          on_step=_print_value_step)
+    _report_value(summary, len(rows), skipped)
+
+
+def _print_value_step(row: dict) -> None:
+    from kernelsmith.console import console
+
+    console.print(f"step {row['step']}/{row['of']} value loss {row['value_loss']:.4f} "
+                  f"explained variance {row['explained_variance']:.3f}", soft_wrap=True)
+
+
+def _report_value(summary: dict, rows: int, skipped: int) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kernelsmith.console import console
+
+    table = Table(title="value", show_header=False)
+    table.add_row("trajectories", f"{rows}" + (f" ({skipped} over --max-tokens left out)" if skipped else ""))
+    table.add_row("steps", str(summary["steps"]))
+    table.add_row("value loss", f"{summary['first']['value_loss']:.4f} -> {summary['last']['value_loss']:.4f}")
+    table.add_row("explained variance", f"{summary['last']['explained_variance']:.3f}")
+    console.print(table)
+    console.print(f"critic: {escape(summary['out'])}", soft_wrap=True)
+
+
 def _print_rollout(row: dict) -> None:
     from rich.markup import escape
 

@@ -107,3 +107,21 @@ def test_bad_trajectory_files_are_one_line_errors(tmp_path, text, message):
         value.read_trajectories(path)
     with pytest.raises(BadInput, match="no trajectory file"):
         value.read_trajectories(tmp_path / "absent.jsonl")
+
+
+def test_the_command_trains_a_critic_and_refuses_bad_input_in_one_line(tiny_model, data, tmp_path):
+    import subprocess
+    import sys
+
+    cli = [sys.executable, "-m", "kernelsmith.cli", "train", "value"]
+    args = ["--data", str(data), "--model", str(tiny_model), "--out", str(tmp_path / "critic"), "--epochs", "3",
+            "--lr", "3e-3", "--device", "cpu"]
+    proc = subprocess.run(cli + args, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "explained variance" in proc.stdout and critics.is_critic(tmp_path / "critic")
+    assert len((tmp_path / "critic" / "metrics.jsonl").read_text().splitlines()) == 6  # 8 rows / 4 x 3 epochs
+    for bad, words in [(["--model", str(tmp_path / "absent")], "no model checkpoint"),
+                       (["--min-reward", "5"], "no trajectory to train on"),
+                       (["--data", str(tmp_path / "absent.jsonl")], "no trajectory file")]:
+        again = subprocess.run(cli + args + bad, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 2 and words in again.stderr and "Traceback" not in again.stderr, again.stderr
