@@ -225,7 +225,7 @@ def doctor(as_json: bool = JsonOpt) -> None:
 @app.command()
 def optimize(task: Optional[str] = typer.Argument(None, help="KernelBench-format file or FILE:CLASS (omit with --resume)"),
              workdir: Optional[Path] = typer.Option(None, "--workdir", "-w", help="workdir to create or reuse"),
-             backend: Optional[str] = typer.Option(None, "--backend", help="anthropic, openai, scripted or builtin"),
+             backend: Optional[str] = typer.Option(None, "--backend", help="anthropic, openai, scripted, builtin or hf (a local checkpoint: --model PATH)"),
              model: Optional[str] = typer.Option(None, "--model", help="model name, passed as given"),
              base_url: Optional[str] = typer.Option(None, "--base-url", help="API endpoint (any OpenAI-compatible server)"),
              script: Optional[str] = typer.Option(None, "--script", help="scripted backend: turns JSON or events.jsonl"),
@@ -307,7 +307,7 @@ def _warn_git_changed(paths: list[str]) -> None:
 
 @app.command()
 def bench(paths: List[Path] = typer.Argument(None, help="task files or folders (with --eval-only: REFERENCES CANDIDATES)"),
-          backend: Optional[str] = typer.Option(None, "--backend", help="anthropic, openai, scripted or builtin"),
+          backend: Optional[str] = typer.Option(None, "--backend", help="anthropic, openai, scripted, builtin or hf (a local checkpoint: --model PATH)"),
           model: Optional[str] = typer.Option(None, "--model"),
           base_url: Optional[str] = typer.Option(None, "--base-url"),
           script: Optional[str] = typer.Option(None, "--script", help="scripted backend: turns JSON"),
@@ -625,7 +625,8 @@ def train_rft(
         model: Path = typer.Option(..., "--model", help="the student: a local causal LM checkpoint with its tokenizer"),
         out: Path = typer.Option(..., "--out", "-o", help="the student's new checkpoint, with rollouts/, "
                                  "trajectories.jsonl, rft.json and metrics.jsonl"),
-        teacher: str = typer.Option("builtin", "--teacher", help="builtin (no API key), anthropic, openai or scripted"),
+        teacher: str = typer.Option("builtin", "--teacher", help="builtin (no API key), anthropic, openai, scripted, "
+                                    "or hf (the student samples itself)"),
         teacher_model: Optional[str] = typer.Option(None, "--teacher-model", help="the teacher backend's model"),
         base_url: Optional[str] = typer.Option(None, "--base-url", help="openai teacher: an OpenAI-compatible server"),
         script: Optional[str] = typer.Option(None, "--script", help="scripted teacher: turns JSON"),
@@ -645,12 +646,12 @@ def train_rft(
     from kernelsmith.train import rft
 
     if teacher not in rft.TEACHERS:
-        raise BadInput(f"unknown --teacher {teacher!r}", f"one of {', '.join(rft.TEACHERS)} (hf sampling comes with "
-                       "the hf backend)")
+        raise BadInput(f"unknown --teacher {teacher!r}", f"one of {', '.join(rft.TEACHERS)}")
     if samples < 1:
         raise BadInput(f"--samples must be at least 1, not {samples}")
     if not (model / "config.json").is_file():
         raise BadInput(f"no model checkpoint in {model}", "give a local folder with config.json, weights and a tokenizer")
+    teacher_model = teacher_model or (str(model.resolve()) if teacher == "hf" else None)
     flags = {"backend": teacher, "model": teacher_model, "base_url": base_url, "script": script, "device": device,
              "precision": precision, "max_turns": max_turns}
     settings = load_bench_settings(flags)

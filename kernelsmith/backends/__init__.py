@@ -14,9 +14,11 @@ BACKENDS = {
     "openai": "kernelsmith.backends.openai:OpenAIBackend",
     "scripted": "kernelsmith.backends.scripted:ScriptedBackend",
     "builtin": "kernelsmith.builtin.policy:BuiltinBackend",
+    "hf": "kernelsmith.backends.hf:HFBackend",
 }
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4.1"}
-CONTEXT_WINDOWS = {"anthropic": 200_000, "openai": 128_000, "scripted": 1_000_000, "builtin": 1_000_000}
+CONTEXT_WINDOWS = {"anthropic": 200_000, "openai": 128_000, "scripted": 1_000_000, "builtin": 1_000_000,
+                   "hf": 32_768}
 LOCAL_CONTEXT_WINDOW = 32_768  # an OpenAI-compatible local server: assume a modest window
 
 NO_BACKEND_HINT = ("set ANTHROPIC_API_KEY or OPENAI_API_KEY; or --backend openai --base-url "
@@ -56,6 +58,8 @@ def create_backend(settings: Settings) -> Backend:
         return factory(settings.script)
     if name == "builtin":
         return factory()
+    if name == "hf":
+        return factory(settings.model, max_tokens=settings.max_tokens, device=settings.device)
     if name == "openai" and settings.base_url and not settings.model:
         raise BadInput("--model is required with --base-url", hint="the server's /v1/models lists its names")
     return factory(settings.model or DEFAULT_MODELS[name], base_url=settings.base_url,

@@ -105,7 +105,7 @@ def finetune(rows: list[dict], model: Path, out: Path, cfg: RftConfig, device: s
             "last": history[-1] if history else {}, "out": str(out)}
 
 
-TEACHERS = ("builtin", "anthropic", "openai", "scripted")
+TEACHERS = ("builtin", "anthropic", "openai", "scripted", "hf")  # hf: the student samples itself (--model)
 
 
 @dataclass

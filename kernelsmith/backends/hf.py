@@ -1,0 +1,105 @@
+"""A local transformers checkpoint as the policy (`--backend hf --model CKPT`): the student `kernelsmith train`
+makes, run in this process on the GPU or the CPU. For serving at scale, the openai backend against a vLLM
+server runs the same checkpoint.
+
+The chat is rendered exactly as `kernelsmith train trajectories` renders what a model is trained on (the
+checkpoint's own chat template, the tools as `tools=`), so a trained model sees at run time what it saw in
+training. Tool calls are read back from the generated text in the form those templates write them:
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`. A call that does not parse stays in the text,
+and the session nudges the model as it does any reply without a call."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from kernelsmith.backends.base import BackendBase, Reply, ToolCall, ToolSpec, Usage
+from kernelsmith.errors import BadInput
+
+TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+DEFAULT_MAX_NEW_TOKENS = 2048
+
+
+def parse_tool_calls(text: str, turn: int = 0) -> tuple[str, list[ToolCall]]:
+    """The text without its well-formed tool-call blocks, and those calls (a malformed block stays in the text)."""
+    calls: list[ToolCall] = []
+
+    def take(match: re.Match) -> str:
+        call = _call(match.group(1), f"h{turn}_{len(calls)}")
+        if call is None:
+            return match.group(0)
+        calls.append(call)
+        return ""
+
+    return TOOL_CALL.sub(take, text).strip(), calls
+
+
+def _call(body: str, call_id: str) -> ToolCall | None:
+    try:
+        value = json.loads(body)
+        arguments = value.get("arguments", {}) if isinstance(value, dict) else None
+        arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not isinstance(arguments, dict):
+        return None
+    return ToolCall(call_id, value["name"], arguments)
+
+
+class HFBackend(BackendBase):
+    name = "hf"
+
+    def __init__(self, model: str | None, max_tokens: int | None = None, device: str | None = None,
+                 temperature: float = 0.7, seed: int = 0):
+        if not model or not (Path(model) / "config.json").is_file():
+            raise BadInput(f"--backend hf needs --model, a local checkpoint folder (got {model!r})",
+                           "the folder `kernelsmith train rft` or `train ppo` wrote, or any local causal LM")
+        self.model, self.path = str(model), Path(model)
+        self.max_new_tokens, self.temperature, self.seed = max_tokens or DEFAULT_MAX_NEW_TOKENS, temperature, seed
+        self.device, self.turn = device, 0
+        self._tokenizer = self._policy = None
+
+    def _load(self):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if self._policy is None:
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
+            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._policy = AutoModelForCausalLM.from_pretrained(str(self.path), local_files_only=True).to(device).eval()
+            torch.manual_seed(self.seed)
+        return self._tokenizer, self._policy
+
+    def prompt(self, system: str, messages: list[dict], tools: list[ToolSpec]) -> str:
+        """The chat so far as the model is trained on it, ending in the template's generation prompt."""
+        from kernelsmith.train import trajectories
+
+        tokenizer, _ = self._load()
+        chat = trajectories.chat_of(system, messages, [None] * len(messages))
+        return tokenizer.apply_chat_template(chat.messages, tools=trajectories.hf_tools(tools),
+                                             add_generation_prompt=True, tokenize=False)
+
+    def complete(self, system: str, messages: list[dict], tools: list[ToolSpec], on_text=None) -> Reply:
+        import torch
+
+        tokenizer, policy = self._load()
+        ids = tokenizer(self.prompt(system, messages, tools), add_special_tokens=False, return_tensors="pt")
+        ids = {k: v.to(policy.device) for k, v in ids.items()}
+        with torch.no_grad():
+            out = policy.generate(**ids, **self._sampling(tokenizer))
+        new = out[0, ids["input_ids"].shape[1]:]
+        self.turn += 1
+        text, calls = parse_tool_calls(tokenizer.decode(new, skip_special_tokens=True), self.turn)
+        if on_text and text:
+            on_text(text)
+        stop = "stop" if tokenizer.eos_token_id is not None and tokenizer.eos_token_id in new.tolist() else "length"
+        return Reply(text, calls, Usage(input_tokens=int(ids["input_ids"].shape[1]), output_tokens=len(new)),
+                     stop_reason=stop, model=self.model)
+
+    def _sampling(self, tokenizer) -> dict[str, Any]:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        sample = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
+        return {"max_new_tokens": self.max_new_tokens, "pad_token_id": pad, "eos_token_id": tokenizer.eos_token_id,
+                **sample}

@@ -1,0 +1,77 @@
+"""The hf backend (`optimize --backend hf --model CKPT`): a local checkpoint as the policy. Tool calls are read
+from the generated text; the prompt is rendered as `kernelsmith train trajectories` renders what the model is
+trained on; a tiny random Llama (built here, no hub) drives a real CPU session without crashing it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from kernelsmith.backends.hf import HFBackend, parse_tool_calls  # noqa: E402
+from kernelsmith.errors import BadInput  # noqa: E402
+from kernelsmith.session.reader import read_events, session_paths  # noqa: E402
+from tinymodels import CHATML, CORPUS, build_tokenizer, tiny_llama  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = Path(__file__).parent / "data" / "triple_session" / "triple.py"
+
+
+def test_tool_calls_are_read_from_the_text_and_a_malformed_one_stays_text():
+    text = ('I will check it.<tool_call>{"name": "verify", "arguments": {}}</tool_call>'
+            '<tool_call>{"name": "read_file", "arguments": "{\\"path\\": \\"model.py\\"}"}</tool_call>'
+            '<tool_call>{"name": "compile", "arguments": </tool_call>')
+    rest, calls = parse_tool_calls(text, turn=3)
+    assert [(c.name, c.arguments, c.id) for c in calls] == [("verify", {}, "h3_0"), ("read_file", {"path": "model.py"}, "h3_1")]
+    assert rest == 'I will check it.<tool_call>{"name": "compile", "arguments": </tool_call>'
+    assert parse_tool_calls("no calls at all") == ("no calls at all", [])
+    assert parse_tool_calls('<tool_call>["verify"]</tool_call>')[1] == []  # not an object: not a call
+
+
+def test_a_missing_checkpoint_is_one_line(tmp_path):
+    with pytest.raises(BadInput, match="local checkpoint folder"):
+        HFBackend(str(tmp_path / "absent"))
+    with pytest.raises(BadInput, match="needs --model"):
+        HFBackend(None)
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory) -> Path:
+    corpus = CORPUS + [p.read_text() for p in (ROOT / "prompts").glob("*.md")] + [(ROOT / "skills" / "cpu" / "SKILL.md").read_text()]
+    folder = build_tokenizer(tmp_path_factory.mktemp("student"), CHATML, corpus, vocab_size=3000)
+    return tiny_llama(folder, vocab_size=3000)
+
+
+def test_a_session_runs_on_a_local_checkpoint_and_its_prompt_is_what_training_renders(student, tmp_path):
+    workdir = tmp_path / "wd"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("KERNELSMITH_")}
+    proc = subprocess.run([sys.executable, "-m", "kernelsmith.cli", "optimize", str(TASK), "--workdir", str(workdir),
+                           "--device", "cpu", "--backend", "hf", "--model", str(student), "--max-turns", "2"],
+                          capture_output=True, text=True, timeout=600, env={**env, "KERNELSMITH_MAX_TOKENS": "24"})
+    # a random model verifies nothing: exit 1 (rejected), the session whole, no traceback
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (path,) = list(session_paths(workdir))
+    events = list(read_events(path))
+    turns = [e for e in events if e["kind"] == "model_turn"]
+    assert len(turns) == 2 and events[0]["config"]["backend"] == "hf"
+    assert all(0 < t["usage"]["output_tokens"] <= 24 for t in turns)  # it generated, within the budget
+    assert events[-1]["kind"] == "session_end" and events[-1]["reason"] == "max_turns"
+
+    # the prompt of the first turn is the head of the chat as `train trajectories` renders it
+    from kernelsmith.agent.tools import Toolbox
+    from kernelsmith.train import trajectories
+
+    start = events[0]
+    backend = HFBackend(str(student))
+    prompt = backend.prompt(start["system"], start["messages"], Toolbox(workdir, evaluator=None).specs())
+    chat = trajectories.chat_of(start["system"], start["messages"] + [turns[0]["message"]], [None] * 2)
+    tokenizer = trajectories.load_tokenizer(student)
+    rendered = tokenizer.apply_chat_template(chat.messages, tools=trajectories.agent_tools(), tokenize=False)
+    assert rendered.startswith(prompt) and prompt.endswith("<|im_start|>assistant\n")
+    assert json.dumps(turns[0]["message"]["content"])  # recorded as text
