@@ -710,6 +710,62 @@ def _report_value(summary: dict, rows: int, skipped: int) -> None:
     console.print(f"critic: {escape(summary['out'])}", soft_wrap=True)
 
 
+@train_app.command("ppo")
+def train_ppo(
+        tasks: List[Path] = typer.Option(..., "--tasks", help="task files or folders to roll out on"),
+        policy: Path = typer.Option(..., "--policy", help="the starting checkpoint (RFT's): also the reference"),
+        critic: Path = typer.Option(..., "--critic", help="the pretrained critic (train value)"),
+        out: Path = typer.Option(..., "--out", "-o", help="policy/, critic/, metrics.jsonl, state.json, rollouts/"),
+        steps: int = typer.Option(10, "--steps", help="PPO steps in all (with --resume: up to this many)"),
+        sessions: int = typer.Option(4, "--sessions", help="rollouts per task per step"),
+        max_turns: Optional[int] = typer.Option(None, "--max-turns", help="turns per rollout (150 in CUDA Agent)"),
+        workers: int = typer.Option(1, "--workers", help="rollouts at a time"),
+        epochs: int = typer.Option(1, "--epochs", help="PPO epochs over each step's batch"),
+        lr: float = typer.Option(1e-6, "--lr"), critic_lr: float = typer.Option(1e-5, "--critic-lr"),
+        kl_coef: float = typer.Option(1e-3, "--kl-coef", help="the low-variance KL loss to the reference"),
+        temperature: float = typer.Option(0.7, "--temperature", help="sampling temperature of the rollouts"),
+        resume: bool = typer.Option(False, "--resume", help="go on with the run in --out"),
+        device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt) -> None:
+    """PPO on rollouts through KernelEnv: the milestone reward, asymmetric clipping, GAE over policy tokens."""
+    import contextlib
+    import dataclasses
+
+    from kernelsmith.train import critic as critics
+    from kernelsmith.train import ppo_trainer
+
+    if not (policy / "config.json").is_file():
+        raise BadInput(f"no model checkpoint in {policy}", "give the folder `kernelsmith train rft` wrote")
+    if not critics.is_critic(critic):
+        raise BadInput(f"no critic in {critic}", "make one with `kernelsmith train value`")
+    if steps < 1 or sessions < 1:
+        raise BadInput("--steps and --sessions must be at least 1")
+    settings = load_bench_settings({"backend": "hf", "model": str(policy.resolve()), "device": device,
+                                    "precision": precision, "max_turns": max_turns})
+    settings = dataclasses.replace(settings, device=_options(settings.device, settings.precision).device)
+    from kernelsmith import bench as bench_mod
+
+    cfg = ppo_trainer.PpoConfig(steps=steps, sessions=sessions, epochs=epochs, lr=lr, critic_lr=critic_lr,
+                                kl_coef=kl_coef, temperature=temperature)
+    plan = ppo_trainer.PpoPlan(bench_mod.task_files(tasks), settings, policy.resolve(), critic.resolve(),
+                               out.resolve(), cfg, workers)
+    with contextlib.closing(_make_sandbox("local", settings.device, None)) as pool:
+        summary = ppo_trainer.train(plan, pool, resume, on_step=_print_ppo_step)
+    from rich.markup import escape
+
+    from kernelsmith.console import console
+
+    console.print(f"{len(summary['steps'])} step(s); policy and critic in {escape(summary['out'])}", soft_wrap=True)
+
+
+def _print_ppo_step(row: dict) -> None:
+    from kernelsmith.console import console
+
+    console.print(f"step {row['step']}/{row['of']}: reward {row['reward_mean']:.3f} kl {row['kl_to_reference']:.5f} "
+                  f"entropy {row['entropy']:.3f} value loss {row['value_loss']:.4f} clip {row['clip_fraction']:.3f} "
+                  f"length {row['response_length']:.0f} tool calls valid {row['tool_call_validity']:.2f} "
+                  f"{row['tokens_per_s']:.0f} tok/s {row['env_steps_per_s']:.2f} env steps/s", soft_wrap=True)
+
+
 def _print_rollout(row: dict) -> None:
     from rich.markup import escape
 
