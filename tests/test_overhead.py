@@ -53,6 +53,10 @@ def test_a_steady_state_profile_costs_at_most_three_times_the_compute_it_times(t
     runs = result["seconds"]["profile_runs"]
     per_run_ms = result["timings_ms"]["candidate"] + (result["timings_ms"].get("eager_live") or result["timings_ms"]["eager"])
     compute = runs * per_run_ms / 1e3
+    # a loaded machine moves the live eager off the cached clean one (EAGER_DRIFT) and the profile measures the
+    # baselines again: the load's cost, which an idle machine's steady profile does not pay (3.9 s of 14.1 s once
+    # in a full CI run)
+    steady = wall - result["seconds"].get("baselines", 0.0)
     with capsys.disabled():
-        print(f"\nsteady profile: {wall:.2f} s for {compute:.2f} s of compute ({runs} runs): {wall / compute:.2f}x")
-    assert wall <= BOUND * LOOSE * compute, (wall, compute, result["seconds"])
+        print(f"\nsteady profile: {steady:.2f} s for {compute:.2f} s of compute ({runs} runs): {steady / compute:.2f}x")
+    assert steady <= BOUND * LOOSE * compute, (wall, compute, result["seconds"])

@@ -477,6 +477,35 @@ def test_a_patched_harness_method_that_finishes_the_output_after_the_window_is_c
         assert any("parent's clock" in v for v in result.violations), result.violations
 
 
+# The answer-at-draw attack: a replaced input pool computes each fresh draw's answer before the parent's
+# bracket opens (a kernel, then 50 ms of work: on this CPU each run's cycle also writes twice the last-level
+# cache to flush it, whose time under a loaded test run varies by milliseconds); the timed call returns it.
+ANSWER_AT_DRAW = '''
+    import sys, time
+    _ready, _model = {}, []
+    _profile = sys.modules["kernelsmith.harness.profile"]
+    _next = _profile.InputPool.next
+    def _next_and_answer(self, fresh=False, _next=_next):
+        inputs = _next(self, fresh)
+        if fresh and _model and WHOSE:
+            (x,) = inputs
+            _ready[x.data_ptr()] = kernel("axpb", x, _model[0].bias.detach())
+            end = time.perf_counter() + 0.05
+            while time.perf_counter() < end:
+                pass
+        return inputs
+    _profile.InputPool.next = _next_and_answer
+
+    class ModelNew(Base):
+        def forward(self, x):
+            if not _model:
+                _model.append(self)
+            hit = _ready.pop(x.data_ptr(), None)
+            _ready.clear()
+            return kernel("axpb", x, self.bias) if hit is None else hit
+'''
+
+
 def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candidate, run_eval, monkeypatch):
     """The candidate replaces the harness's input pool so that each fresh draw also computes its answer,
     before the parent's bracket opens; the timed call only returns it (fresh memory, right values). It
@@ -485,32 +514,7 @@ def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candid
     The speed-up is withheld, or the work charged to the candidate. (Not under KERNELSMITH_BUSY_OK, which
     credits contended numbers: on a busy machine such work looks like the load.)"""
     monkeypatch.delenv("KERNELSMITH_BUSY_OK", raising=False)
-    result = run_eval(candidate('''
-        import sys, time
-        _ready, _model = {}, []
-        _profile = sys.modules["kernelsmith.harness.profile"]
-        _next = _profile.InputPool.next
-        def _next_and_answer(self, fresh=False, _next=_next):
-            inputs = _next(self, fresh)
-            if fresh and _model:
-                (x,) = inputs
-                _ready[x.data_ptr()] = kernel("axpb", x, _model[0].bias.detach())
-                # a kernel of 50 ms, run before the bracket opens: on this CPU each run's cycle also writes
-                # twice the last-level cache to flush it, whose time under a loaded test run varies by milliseconds
-                end = time.perf_counter() + 0.05
-                while time.perf_counter() < end:
-                    pass
-            return inputs
-        _profile.InputPool.next = _next_and_answer
-
-        class ModelNew(Base):
-            def forward(self, x):
-                if not _model:
-                    _model.append(self)
-                hit = _ready.pop(x.data_ptr(), None)
-                _ready.clear()
-                return kernel("axpb", x, self.bias) if hit is None else hit
-    '''), profile=True, min_runs=80)
+    result = run_eval(candidate(ANSWER_AT_DRAW.replace("WHOSE", "True")), profile=True, min_runs=80)
     assert result.correct, result.error
     charged = result.timings_ms["candidate"] - result.timings_ms.get("candidate_reported", 1e9)
     if not result.clean:  # past the violation bound: the candidate's extra time against eager's
@@ -525,30 +529,8 @@ def test_an_answer_computed_only_in_the_candidates_own_draws_is_charged_by_its_c
     whose draw it is. Eager's runs (and so the calibration) stay as they were; the candidate's cycle, from
     one run's end to the next, carries the work, and its shift against eager's cycle is charged."""
     monkeypatch.delenv("KERNELSMITH_BUSY_OK", raising=False)
-    result = run_eval(candidate('''
-        import sys, time
-        _ready, _model = {}, []
-        _profile = sys.modules["kernelsmith.harness.profile"]
-        _next = _profile.InputPool.next
-        def _next_and_answer(self, fresh=False, _next=_next):
-            inputs = _next(self, fresh)
-            if fresh and _model and sys._getframe(1).f_locals.get("name") == "candidate":
-                (x,) = inputs
-                _ready[x.data_ptr()] = kernel("axpb", x, _model[0].bias.detach())
-                end = time.perf_counter() + 0.05  # a kernel of 50 ms, before the bracket opens
-                while time.perf_counter() < end:
-                    pass
-            return inputs
-        _profile.InputPool.next = _next_and_answer
-
-        class ModelNew(Base):
-            def forward(self, x):
-                if not _model:
-                    _model.append(self)
-                hit = _ready.pop(x.data_ptr(), None)
-                _ready.clear()
-                return kernel("axpb", x, self.bias) if hit is None else hit
-    '''), profile=True, min_runs=80)
+    whose = 'sys._getframe(1).f_locals.get("name") == "candidate"'  # the caller's loop says whose draw it is
+    result = run_eval(candidate(ANSWER_AT_DRAW.replace("WHOSE", whose)), profile=True, min_runs=80)
     assert result.correct, result.error
     if not result.clean:  # past the violation bound
         assert any("parent's clock" in v for v in result.violations), result.violations
