@@ -821,7 +821,10 @@ def _report_trajectories(summary, out: Path) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """Console entry point: typed errors become one line and an exit code."""
+    """Console entry point: typed errors become one line and an exit code (their text escaped: a path or a
+    shape in brackets is text, never Rich markup)."""
+    from rich.markup import escape
+
     from kernelsmith.console import err_console
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -836,7 +839,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KernelsmithError as err:
         if STATE["debug"]:
             raise
-        err_console.print(f"[red]error:[/] {err.message}" + (f" [dim](hint: {err.hint})[/]" if err.hint else ""),
+        err_console.print(f"[red]error:[/] {escape(err.message)}" + (f" [dim](hint: {escape(err.hint)})[/]" if err.hint else ""),
                           soft_wrap=True)
         return err.exit_code
     except KeyboardInterrupt:
@@ -847,16 +850,19 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _unexpected(err: Exception) -> int:
+    from rich.markup import escape
+
     from kernelsmith.console import err_console
 
     if hasattr(err, "format_message") and hasattr(err, "exit_code"):  # click's usage errors (typer vendors click)
-        err_console.print(f"[red]error:[/] {err.format_message()}", soft_wrap=True)
+        err_console.print(f"[red]error:[/] {escape(err.format_message())}", soft_wrap=True)
         return 2
     if type(err).__name__ == "Abort":
         return 130
     if STATE["debug"]:
         raise err
-    err_console.print(f"[red]internal error:[/] {type(err).__name__}: {err} (rerun with --debug for the traceback)")
+    err_console.print(f"[red]internal error:[/] {type(err).__name__}: {escape(str(err))} (rerun with --debug for the "
+                      "traceback)")
     return 3
 
 

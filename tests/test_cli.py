@@ -173,3 +173,13 @@ def test_init_compile_verify_on_the_cpu(tmp_path, task_dir):
     tampered = ks("verify", workdir, "--json")
     assert tampered.returncode == 1
     assert any("binding.cpp" in v for v in json.loads(tampered.stdout)["violations"])
+
+
+@pytest.mark.parametrize("name", ["[/bold]odd", "[red]x", "shape [4096, 2048]"])
+def test_an_error_about_a_path_with_brackets_prints_the_path_as_it_is(tmp_path, name):
+    """Error text is text: a closing tag in a path crashed the error printer with a traceback (exit 1), and an
+    opening one was eaten, so the error named another path than the one given."""
+    missing = tmp_path / name / "model.py"
+    proc = ks("check", missing)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"task file not found: {missing}" in " ".join(proc.stderr.split()), proc.stderr
