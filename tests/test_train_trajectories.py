@@ -370,3 +370,19 @@ def record(workdir: Path, session: str, *events: tuple[str, dict]) -> None:
     for kind, fields in events:
         recorder.emit(kind, **fields)
     recorder.close()
+
+
+def test_the_tools_the_session_recorded_are_the_tools_rendered(real, chatml, tmp_path):
+    """A session renders with the tool schemas its policy was given (session_start.tools), not today's."""
+    from kernelsmith.train import trajectories
+
+    recorded = reader.read_events(real["events"])[0]["tools"]
+    code, lines = export(real["workdir"], "--out", tmp_path / "t.jsonl", "--tokenizer", chatml)
+    assert code == 0 and [t["function"]["name"] for t in lines[0]["tools"]] == [s["name"] for s in recorded]
+    assert "finish" in [s["name"] for s in recorded]
+
+    start = {"kind": "session_start", "tools": [{"name": "old_tool", "description": "gone since", "parameters": {}}]}
+    assert trajectories.recorded_tools(start) == [{"type": "function", "function": {
+        "name": "old_tool", "description": "gone since", "parameters": {}}}]
+    assert trajectories.recorded_tools({"kind": "session_start"}) is None  # older records: today's tools
+    assert trajectories.recorded_tools({"tools": "nonsense"}) is None

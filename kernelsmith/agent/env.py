@@ -172,7 +172,8 @@ class KernelEnv:
         self.recorder.emit("session_start", session_id=session_id, workdir=str(self.workdir), task=self.config.task,
                            system=self.system, config={**self.settings.public(), **self.model_info,
                                                        "device": self.config.device, "precision": self.config.precision},
-                           messages=[first], user_changes_commit=saved, head=self.repo.head_sha())
+                           messages=[first], user_changes_commit=saved, head=self.repo.head_sha(),
+                           tools=[asdict(spec) for spec in Toolbox(self.workdir, evaluator=None).specs()])
         self._open(Progress(self.repo, self.recorder, self.settings.noise), [first])
         return self._observe(first["content"])
 

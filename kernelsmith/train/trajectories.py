@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
@@ -379,9 +379,20 @@ def flags_of(events: list[dict]) -> dict[str, int]:
             "malformed_calls": sum(1 for e in results if str(e.get("content", "")).startswith(MALFORMED))}
 
 
+def recorded_tools(start: dict) -> list[dict[str, Any]] | None:
+    """The tool schemas the session's policy was given, as its session_start recorded them (None in records
+    from before they were: those are rendered with today's tools)."""
+    specs = start.get("tools")
+    if not isinstance(specs, list) or not all(isinstance(s, dict) and "name" in s for s in specs):
+        return None
+    return [{"type": "function", "function": {"name": s["name"], "description": s.get("description", ""),
+                                              "parameters": s.get("parameters", {})}} for s in specs]
+
+
 def session_trajectories(source: Source, events: list[dict], template: Template) -> list[dict[str, Any]]:
     """One line per context the policy worked in (a compaction starts a new one)."""
     start = next(e for e in events if e["kind"] == "session_start")
+    template = replace(template, tools=recorded_tools(start) or template.tools)
     whole = fold(events)
     flags = flags_of(events)
     best = best_kernel(session_kernels(source.kernels, start["session_id"]))
