@@ -82,7 +82,7 @@ def _run_cpp_extension(name, sources, flags, arch, device, out_dir: Path, notes:
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
     header = precompiled_header(flags["cflags"], device, notes)
     with pch.in_use(header) as usable:
-        pch_flags = pch.include_flags(header) if usable else []
+        pch_flags = [shlex.quote(f) for f in pch.include_flags(header)] if usable else []  # words of a ninja line
         module = module_object(header, flags["cflags"], device, notes) if usable else None
         versions = _versioner_entry(name)
         try:

@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -138,8 +137,9 @@ def folder_of(header: Path) -> Path:
 
 
 def include_flags(header: Path) -> list[str]:
-    """The flags with which a C++ compile finds the PCH in place of <torch/extension.h>."""
-    return [f"-I{shlex.quote(str(folder_of(header)))}", "-Winvalid-pch"]
+    """The flags with which a C++ compile finds the PCH in place of <torch/extension.h> (argv words: quote them
+    for a ninja file)."""
+    return [f"-I{folder_of(header)}", "-Winvalid-pch"]
 
 
 def header_path(compiler: str, cflags: list[str], include_dirs: list[str], extra_identity=(),
@@ -269,7 +269,7 @@ def object_path(header: Path, source: Path, inputs: list[Path]) -> Path:
 def _compile_object(compiler, cflags, include_dirs, header, source, quote_dirs, obj: Path, limit, notes) -> Path | None:
     tmp = obj.with_name(f"{obj.name}.tmp-{os.getpid()}")
     cmd = [compiler, *[a for d in include_dirs for a in ("-isystem", d)], *[f"-I{d}" for d in quote_dirs], *cflags,
-           f"-I{folder_of(header)}", "-Winvalid-pch", "-c", str(source), "-o", str(tmp)]
+           *include_flags(header), "-c", str(source), "-o", str(tmp)]
     start = time.monotonic()
     reason = _run(cmd, limit)
     if not reason:
