@@ -640,7 +640,6 @@ def train_rft(
         device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt) -> None:
     """Rejection-sampling fine-tuning: the teacher's verified sessions, selected, then SFT of the student."""
     import contextlib
-    import dataclasses
 
     from kernelsmith import bench as bench_mod
     from kernelsmith.train import rft
@@ -654,8 +653,7 @@ def train_rft(
     teacher_model = teacher_model or (str(model.resolve()) if teacher == "hf" else None)
     flags = {"backend": teacher, "model": teacher_model, "base_url": base_url, "script": script, "device": device,
              "precision": precision, "max_turns": max_turns}
-    settings = load_bench_settings(flags)
-    settings = dataclasses.replace(settings, device=_options(settings.device, settings.precision).device)
+    settings = _with_device(load_bench_settings(flags))
     plan = rft.RftPlan(bench_mod.task_files(tasks), settings, samples, model.resolve(), out.resolve(), workers,
                        min_reward, rft.RftConfig(epochs=epochs, lr=lr, grad_accum=grad_accum, max_tokens=max_tokens))
     with contextlib.closing(_make_sandbox("local", settings.device, None)) as pool:
@@ -728,7 +726,6 @@ def train_ppo(
         device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt) -> None:
     """PPO on rollouts through KernelEnv: the milestone reward, asymmetric clipping, GAE over policy tokens."""
     import contextlib
-    import dataclasses
 
     from kernelsmith.train import critic as critics
     from kernelsmith.train import ppo_trainer
@@ -739,9 +736,8 @@ def train_ppo(
         raise BadInput(f"no critic in {critic}", "make one with `kernelsmith train value`")
     if steps < 1 or sessions < 1:
         raise BadInput("--steps and --sessions must be at least 1")
-    settings = load_bench_settings({"backend": "hf", "model": str(policy.resolve()), "device": device,
-                                    "precision": precision, "max_turns": max_turns})
-    settings = dataclasses.replace(settings, device=_options(settings.device, settings.precision).device)
+    settings = _with_device(load_bench_settings({"backend": "hf", "model": str(policy.resolve()), "device": device,
+                                                 "precision": precision, "max_turns": max_turns}))
     from kernelsmith import bench as bench_mod
 
     cfg = ppo_trainer.PpoConfig(steps=steps, sessions=sessions, epochs=epochs, lr=lr, critic_lr=critic_lr,
@@ -755,6 +751,13 @@ def train_ppo(
     from kernelsmith.console import console
 
     console.print(f"{len(summary['steps'])} step(s); policy and critic in {escape(summary['out'])}", soft_wrap=True)
+
+
+def _with_device(settings):
+    """Settings whose device is resolved (cuda when a GPU is visible), as the sessions' workers need it."""
+    import dataclasses
+
+    return dataclasses.replace(settings, device=_options(settings.device, settings.precision).device)
 
 
 def _print_ppo_step(row: dict) -> None:

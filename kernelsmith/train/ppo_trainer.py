@@ -134,19 +134,15 @@ def rollouts(plan: PpoPlan, step: int, sandbox) -> tuple[list[dict], dict]:
     """The step's sessions by the current policy, exported; and the environment's numbers."""
     import dataclasses
 
-    from kernelsmith import bench
-    from kernelsmith.train import trajectories
+    from kernelsmith.train import sessions
 
-    folder = plan.out / "rollouts" / f"step-{step}"
-    settings = dataclasses.replace(plan.settings, backend="hf", model=str(plan.out / "policy"))
+    folder, policy = plan.out / "rollouts" / f"step-{step}", plan.out / "policy"
+    settings = dataclasses.replace(plan.settings, backend="hf", model=str(policy))
     began = time.perf_counter()
-    rows = bench.run_bench(bench.BenchPlan(settings, settings.device, folder, plan.config.sessions, plan.workers,
-                                           resume=True, lint=False), plan.tasks, sandbox)
+    rows = sessions.play(settings, plan.tasks, plan.config.sessions, plan.workers, folder, sandbox)
     wall = time.perf_counter() - began
-    tokenizer = trajectories.load_tokenizer(plan.out / "policy")
-    paths = trajectories.session_files([str(folder / "workdirs")], folder)
-    trajectories.export_trajectories(paths, tokenizer, plan.out / "policy", folder / "trajectories.jsonl")
-    lines = value.read_trajectories(folder / "trajectories.jsonl") if (folder / "trajectories.jsonl").is_file() else []
+    sessions.export(folder, policy, folder / "trajectories.jsonl")
+    lines = value.read_trajectories(folder / "trajectories.jsonl")
     return value.fitting(lines, plan.config.max_tokens)[0], _env_numbers(rows, lines, wall)
 
 

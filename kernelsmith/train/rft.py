@@ -120,31 +120,13 @@ class RftPlan:
     config: RftConfig = field(default_factory=RftConfig)
 
 
-def sample(plan: RftPlan, sandbox, on_row: Callable[[dict], None] | None = None) -> list[dict]:
-    """`samples` sessions of the teacher per task through the fleet (bench's runner: resumable, one row
-    each) in OUT/rollouts."""
-    from kernelsmith import bench
-
-    rollouts = bench.BenchPlan(plan.settings, plan.settings.device, plan.out / "rollouts", plan.samples,
-                               plan.workers, resume=True, lint=False, meta={"teacher": plan.settings.backend})
-    return bench.run_bench(rollouts, plan.tasks, sandbox, on_row)
-
-
-def export(plan: RftPlan):
-    """The rollouts' sessions as trajectories rendered with the student's tokenizer (OUT/trajectories.jsonl)."""
-    from kernelsmith.train import trajectories
-
-    tokenizer = trajectories.load_tokenizer(plan.model)
-    paths = trajectories.session_files([str(plan.out / "rollouts" / "workdirs")], plan.out)
-    return trajectories.export_trajectories(paths, tokenizer, plan.model, plan.out / "trajectories.jsonl")
-
-
 def run(plan: RftPlan, sandbox, on_row=None, on_log=None) -> dict:
-    """Sample, export, select, fine-tune: the student's checkpoint is written to OUT."""
-    from kernelsmith.train import value
+    """Sample the teacher (OUT/rollouts), export with the student's tokenizer (OUT/trajectories.jsonl), select,
+    fine-tune: the student's checkpoint is written to OUT."""
+    from kernelsmith.train import sessions, value
 
-    rows = sample(plan, sandbox, on_row)
-    exported = export(plan)
+    rows = sessions.play(plan.settings, plan.tasks, plan.samples, plan.workers, plan.out / "rollouts", sandbox, on_row)
+    exported = sessions.export(plan.out / "rollouts", plan.model, plan.out / "trajectories.jsonl")
     kept, reasons = select(value.read_trajectories(plan.out / "trajectories.jsonl"), plan.min_reward)
     selection = {"sessions": len(rows), "trajectories": exported.lines, "kept": len(kept), "rejected": dict(reasons),
                  "skipped_sessions": exported.skipped}
