@@ -26,6 +26,12 @@ def verl_gae_without_masking(rewards, values, mask, gamma, lam):
         next_value = values[:, t + 1] if t < rewards.shape[1] - 1 else 0.0
         last = rewards[:, t] + gamma * next_value - values[:, t] + gamma * lam * last
         advantages.append(last)
+    return _whitened_and_returns(advantages, values, mask)
+
+
+def _whitened_and_returns(advantages: list, values, mask):
+    """The end both transcriptions share: advantages (collected back to front) whitened with verl's
+    masked_whiten written out (unbiased variance, eps 1e-8), and returns = advantages + values."""
     advantages = torch.stack(advantages[::-1], dim=1)
     returns = advantages + values
     n = mask.sum()
@@ -44,12 +50,7 @@ def verl_gae(rewards, values, mask, gamma, lam):
         next_value = values[:, t] * mask[:, t] + (1 - mask[:, t]) * next_value
         last = new_last * mask[:, t] + (1 - mask[:, t]) * last
         advantages.append(last)
-    advantages = torch.stack(advantages[::-1], dim=1)
-    returns = advantages + values
-    n = mask.sum()
-    mean = (advantages * mask).sum() / n
-    var = (((advantages - mean) ** 2) * mask).sum() / n * n / (n - 1)
-    return (advantages - mean) / torch.sqrt(var + 1e-8), returns
+    return _whitened_and_returns(advantages, values, mask)
 
 
 # ---------------------------------------------------------------- GAE

@@ -17,6 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 from kernelsmith.train import critic as critics  # noqa: E402
 from kernelsmith.train import ppo_trainer, value  # noqa: E402
+from tinymodels import CHATML, CORPUS, build_tokenizer, tiny_llama  # noqa: E402
 
 WIN, LOSE = 7, 9
 
@@ -30,15 +31,6 @@ def synthetic(rng: random.Random, win: bool) -> dict:
     return {"format": 1, "input_ids": ids, "loss_mask": mask, "rewards": {"final": 3.0 if win else -1.0}}
 
 
-def tiny(folder: Path, seed: int = 0) -> Path:
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                                      pad_token_id=0)
-    torch.manual_seed(seed)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
-
-
 def marker_log_prob(model, rows: list[dict], marker: int) -> float:
     batch = value.batch_of(rows, 0, "cpu")
     with torch.no_grad():
@@ -48,7 +40,7 @@ def marker_log_prob(model, rows: list[dict], marker: int) -> float:
 
 
 def test_ppo_updates_raise_what_won_and_lower_what_lost_and_stay_near_the_reference(tmp_path):
-    folder = tiny(tmp_path / "policy")
+    folder = tiny_llama(tmp_path / "policy", vocab_size=64)
     policy = transformers.AutoModelForCausalLM.from_pretrained(str(folder))
     reference = transformers.AutoModelForCausalLM.from_pretrained(str(folder)).eval()
     critic = critics.from_causal_lm(folder)
@@ -68,8 +60,6 @@ def test_ppo_updates_raise_what_won_and_lower_what_lost_and_stay_near_the_refere
 
 
 def test_the_command_rolls_out_updates_saves_and_resumes(tmp_path):
-    from tinymodels import CHATML, CORPUS, build_tokenizer, tiny_llama
-
     root = Path(__file__).resolve().parents[1]
     corpus = CORPUS + [p.read_text() for p in (root / "prompts").glob("*.md")] + [(root / "skills" / "cpu" / "SKILL.md").read_text()]
     student = tiny_llama(build_tokenizer(tmp_path / "student", CHATML, corpus, vocab_size=3000), vocab_size=3000)

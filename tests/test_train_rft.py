@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("trl")
 
 from kernelsmith.train import rft  # noqa: E402
+from tinymodels import tiny_llama  # noqa: E402
 
 VOCAB = 64
 POLICY = [7, 11, 12, 13]  # what the teacher writes every turn
@@ -31,12 +32,7 @@ def student(tmp_path_factory) -> Path:
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t1")),
                                                 unk_token="t1", pad_token="t0", eos_token="t2")
     fast.save_pretrained(folder)
-    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                                      pad_token_id=0, eos_token_id=2)
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    return tiny_llama(folder, vocab_size=VOCAB)  # its eos_token_id is 2, t2 above
 
 
 def trajectory(rng: random.Random, final: float = 3.0, **extra) -> dict:
@@ -95,7 +91,7 @@ def test_rft_end_to_end_with_the_builtin_teacher_and_no_api_key(tmp_path):
     import subprocess
     import sys
 
-    from tinymodels import CHATML, CORPUS, build_tokenizer, tiny_llama
+    from tinymodels import CHATML, CORPUS, build_tokenizer
 
     root = Path(__file__).resolve().parents[1]
     corpus = CORPUS + [p.read_text() for p in (root / "prompts").glob("*.md")] + [(root / "skills" / "cpu" / "SKILL.md").read_text()]

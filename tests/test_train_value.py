@@ -17,6 +17,7 @@ transformers = pytest.importorskip("transformers")
 from kernelsmith.errors import BadInput  # noqa: E402
 from kernelsmith.train import critic as critics  # noqa: E402
 from kernelsmith.train import value  # noqa: E402
+from tinymodels import tiny_llama  # noqa: E402
 
 VOCAB = 64
 WIN, LOSE = 7, 9  # a token the policy writes in every turn of a winning (losing) trajectory
@@ -24,13 +25,7 @@ WIN, LOSE = 7, 9  # a token the policy writes in every turn of a winning (losing
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                                      pad_token_id=0)
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    return tiny_llama(tmp_path_factory.mktemp("tiny-llama"), vocab_size=VOCAB)
 
 
 def trajectory(rng: random.Random, win: bool) -> dict:
