@@ -207,3 +207,16 @@ def test_a_sessions_warm_up_starts_its_first_builds_worker_which_that_build_take
         assert runner.SPARES.count() == 0
     finally:
         runner.SPARES.close()
+
+
+def test_a_closed_sessions_spares_are_stopped_and_other_folders_keep_theirs(workdir, run_eval, tmp_path):
+    """A session's spares wait for its workdir's next job; once it closes there is none (a trainer running many
+    sessions in one process kept every one of them, each with torch imported)."""
+    run_eval(workdir / "model_new.py", profile_spares=True)
+    other = {"kind": "build", "kernels_dir": str(tmp_path / "elsewhere" / "kernels"), "device": "cpu", "fast_math": False}
+    runner.SPARES.stock(other, 60.0)
+    mine = [w for ws in runner.SPARES.by_kind().values() for w in ws if w.job.get("cwd") == str(workdir)]
+    assert len(mine) == 2
+    runner.SPARES.retire(workdir)
+    assert [w.job["kind"] for ws in runner.SPARES.by_kind().values() for w in ws] == ["build"]
+    assert all(w.proc.wait(timeout=30) is not None for w in mine)  # stopped, not just forgotten

@@ -31,6 +31,7 @@ from kernelsmith.agent.progress import Best, Progress
 from kernelsmith.agent.tools import Outcome, Toolbox
 from kernelsmith.backends.base import Reply, ToolCall, Usage
 from kernelsmith.config import Settings
+from kernelsmith.evaluation import runner
 from kernelsmith.evaluation.options import EvalOptions
 from kernelsmith.gitops import KernelRepo
 from kernelsmith.lock import workdir_lock
@@ -307,6 +308,7 @@ class KernelEnv:
             self.recorder.close()
             return changed
         finally:
+            runner.SPARES.retire(self.workdir)  # its workers wait for this workdir's next job: there is none
             self._exit.close()
 
 

@@ -552,6 +552,16 @@ class Spares:
         for worker in retired:
             worker.__exit__(None, None, None)
 
+    def retire(self, folder: Path) -> None:
+        """Stop the spares started for jobs in `folder` (a session's workdir, once the session is over)."""
+        inside = lambda job: any(job.get(k) and Path(folder) in (Path(job[k]), *Path(job[k]).parents)  # noqa: E731
+                                 for k in ("cwd", "kernels_dir"))
+        with self._lock:
+            retired = [w for _, w in self._spares if inside(w.job)]
+            self._spares = [(s, w) for s, w in self._spares if w not in retired]
+        for worker in retired:
+            worker.__exit__(None, None, None)
+
 
 SPARES = Spares()
 atexit.register(SPARES.close)
