@@ -722,6 +722,8 @@ def train_ppo(
         lr: float = typer.Option(1e-6, "--lr"), critic_lr: float = typer.Option(1e-5, "--critic-lr"),
         kl_coef: float = typer.Option(1e-3, "--kl-coef", help="the low-variance KL loss to the reference"),
         temperature: float = typer.Option(0.7, "--temperature", help="sampling temperature of the rollouts"),
+        micro_batch: int = typer.Option(2, "--micro-batch", help="trajectories per forward and backward "
+                                        "(gradients accumulate over the step; lower it when memory runs out)"),
         resume: bool = typer.Option(False, "--resume", help="go on with the run in --out"),
         device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt) -> None:
     """PPO on rollouts through KernelEnv: the milestone reward, asymmetric clipping, GAE over policy tokens."""
@@ -734,18 +736,21 @@ def train_ppo(
         raise BadInput(f"no model checkpoint in {policy}", "give the folder `kernelsmith train rft` wrote")
     if not critics.is_critic(critic):
         raise BadInput(f"no critic in {critic}", "make one with `kernelsmith train value`")
-    if steps < 1 or sessions < 1:
-        raise BadInput("--steps and --sessions must be at least 1")
+    if steps < 1 or sessions < 1 or micro_batch < 1:
+        raise BadInput("--steps, --sessions and --micro-batch must be at least 1")
     settings = _with_device(load_bench_settings({"backend": "hf", "model": str(policy.resolve()), "device": device,
                                                  "precision": precision, "max_turns": max_turns}))
     from kernelsmith import bench as bench_mod
 
     cfg = ppo_trainer.PpoConfig(steps=steps, sessions=sessions, epochs=epochs, lr=lr, critic_lr=critic_lr,
-                                kl_coef=kl_coef, temperature=temperature)
+                                kl_coef=kl_coef, temperature=temperature, micro_batch=micro_batch)
     plan = ppo_trainer.PpoPlan(bench_mod.task_files(tasks), settings, policy.resolve(), critic.resolve(),
                                out.resolve(), cfg, workers)
-    with contextlib.closing(_make_sandbox("local", settings.device, None)) as pool:
-        summary = ppo_trainer.train(plan, pool, resume, on_step=_print_ppo_step)
+    from kernelsmith.train.progress import TrainProgress
+
+    view = TrainProgress("ppo", steps, len(plan.tasks) * sessions, ppo_trainer.next_step(plan.out) if resume else 0)
+    with contextlib.closing(_make_sandbox("local", settings.device, None)) as pool, view:
+        summary = ppo_trainer.train(plan, pool, resume, on_step=view.on_step, on_row=view.on_row)
     from rich.markup import escape
 
     from kernelsmith.console import console
@@ -758,15 +763,6 @@ def _with_device(settings):
     import dataclasses
 
     return dataclasses.replace(settings, device=_options(settings.device, settings.precision).device)
-
-
-def _print_ppo_step(row: dict) -> None:
-    from kernelsmith.console import console
-
-    console.print(f"step {row['step']}/{row['of']}: reward {row['reward_mean']:.3f} kl {row['kl_to_reference']:.5f} "
-                  f"entropy {row['entropy']:.3f} value loss {row['value_loss']:.4f} clip {row['clip_fraction']:.3f} "
-                  f"length {row['response_length']:.0f} tool calls valid {row['tool_call_validity']:.2f} "
-                  f"{row['tokens_per_s']:.0f} tok/s {row['env_steps_per_s']:.2f} env steps/s", soft_wrap=True)
 
 
 def _print_rollout(row: dict) -> None:

@@ -87,3 +87,34 @@ def test_the_command_rolls_out_updates_saves_and_resumes(tmp_path):
     assert more.returncode == 0, more.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
+    assert "step 2/2: reward -1.000" in more.stdout and more.stdout.count("rollout triple run") == 2  # the live lines
+    assert (out / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    adam = torch.load(out / "optimizers.pt")  # Adam's moments carried over the resume: two steps taken in all
+    assert [int(next(iter(o["state"].values()))["step"]) for o in adam] == [2, 2]
+
+
+def test_micro_batches_accumulate_to_the_same_update_as_the_whole_batch(tmp_path):
+    """Gradient accumulation must not change the step: each micro-batch's loss is divided by the step's token
+    count, so one trajectory per forward gives the weights, losses and metrics of all eight in one forward."""
+    folder = tiny_llama(tmp_path / "policy", vocab_size=64)
+    rng = random.Random(1)
+    rows = [synthetic(rng, win=i % 3 == 0) for i in range(8)]
+    rows[0] = {**rows[0], "input_ids": rows[0]["input_ids"][:-4], "loss_mask": rows[0]["loss_mask"][:-4]}  # uneven widths
+    results = []
+    for size in (8, 1, 3):
+        torch.manual_seed(0)
+        policy = transformers.AutoModelForCausalLM.from_pretrained(str(folder))
+        reference = transformers.AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+        critic = critics.from_causal_lm(folder)
+        cfg = ppo_trainer.PpoConfig(epochs=2, lr=1e-3, critic_lr=1e-3, temperature=1.0, micro_batch=size)
+        optimizers = (torch.optim.AdamW(policy.parameters(), lr=cfg.lr), torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr))
+        metrics = ppo_trainer.update(policy, reference, critic, optimizers, rows, cfg, "cpu")
+        results.append((metrics, torch.nn.utils.parameters_to_vector(policy.parameters()).detach(),
+                        torch.nn.utils.parameters_to_vector(critic.parameters()).detach()))
+    (whole, p8, c8), *split = results
+    start = torch.nn.utils.parameters_to_vector(transformers.AutoModelForCausalLM.from_pretrained(str(folder)).parameters())
+    assert (p8 - start).abs().max() > 1e-4  # the update moved the weights
+    for metrics, p, c in split:
+        assert torch.allclose(p, p8, atol=2e-6) and torch.allclose(c, c8, atol=2e-6)
+        for key in ("policy_loss", "value_loss", "kl_to_reference", "entropy", "clip_fraction", "grad_norm", "reward_mean"):
+            assert metrics[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-6), key

@@ -8,7 +8,9 @@ sampling temperature (as verl's actor does), the reference policy (the starting 
 the critic the values; GAE over the policy's tokens gives advantages and returns (outcome reward on
 the last policy token); then PPO epochs update the policy (asymmetric clip, a low-variance KL loss to
 the reference, per-token averaging) and the critic (clipped value loss). OUT holds policy/, critic/,
-state.json (the next step) and metrics.jsonl (one row per step); --resume goes on from them."""
+optimizers.pt, state.json (the next step), metrics.jsonl (one row per step) and metrics.png (reward and KL
+over steps); --resume goes on from them. The batch goes through in micro-batches with gradients
+accumulated, so a step's size is bounded by rollouts, not by memory."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from torch import Tensor
 
 from kernelsmith.errors import BadInput
 from kernelsmith.train import critic as critics
-from kernelsmith.train import ppo, value
+from kernelsmith.train import plots, ppo, value
 
 
 @dataclass
@@ -42,6 +44,8 @@ class PpoConfig:
     lam: float = 0.95
     temperature: float = 0.7
     max_tokens: int = 32768
+    micro_batch: int = 2  # sequences per forward and backward; gradients accumulate over the step's batch
+    grad_clip: float = 1.0  # verl's actor.grad_clip and critic.grad_clip
     seed: int = 0
 
 
@@ -55,42 +59,88 @@ def token_log_probs(model, batch: dict[str, Tensor], temperature: float) -> tupl
     return torch.cat([pad, chosen], 1), torch.cat([pad, ppo.entropy_from_logits(logits)], 1)
 
 
-def advantages(policy, reference, critic, batch: dict[str, Tensor], cfg: PpoConfig) -> dict[str, Tensor]:
-    """Old and reference log-probs, old values, advantages and returns of a batch (no gradient)."""
+def micro_batches(rows: list[dict], pad: int, device: str, size: int) -> list[dict[str, Tensor]]:
+    """The rows as padded batches of at most `size` sequences: one forward and backward each, so memory
+    holds one micro-batch's activations, not the step's (verl's ppo_micro_batch_size_per_gpu)."""
+    return [value.batch_of(rows[i:i + size], pad, device) for i in range(0, len(rows), size)]
+
+
+def advantages(policy, reference, critic, batches: list[dict[str, Tensor]], cfg: PpoConfig) -> list[dict[str, Tensor]]:
+    """Old and reference log-probs, old values, advantages and returns of each micro-batch (no gradient).
+    Advantages are whitened over the policy tokens of the whole step, as verl whitens its batch."""
+    fixed = [_fixed(policy, reference, critic, batch, cfg) for batch in batches]
+    raw = torch.cat([f["advantages"][b["mask"].bool()] for f, b in zip(fixed, batches)])
+    mean, scale = raw.mean(), torch.rsqrt(raw.var(unbiased=True) + 1e-8) if raw.numel() > 1 else torch.ones(())
+    for f, b in zip(fixed, batches):
+        f["advantages"] = torch.where(b["mask"].bool(), (f["advantages"] - mean) * scale, 0.0)
+    return fixed
+
+
+def _fixed(policy, reference, critic, batch: dict[str, Tensor], cfg: PpoConfig) -> dict[str, Tensor]:
     mask = batch["mask"]
     with torch.no_grad():
         old, _ = token_log_probs(policy, batch, cfg.temperature)
         ref, _ = token_log_probs(reference, batch, cfg.temperature)
         values = critic(batch["input_ids"], batch["attention_mask"]) * mask
         rewards = ppo.token_rewards_from_outcome(batch["final"], mask)
-        adv, returns = ppo.gae(rewards, values, mask, cfg.gamma, cfg.lam)
+        adv, returns = ppo.gae(rewards, values, mask, cfg.gamma, cfg.lam, whiten=False)
     return {"old": old, "ref": ref, "values": values, "advantages": adv, "returns": returns}
 
 
 def update(policy, reference, critic, optimizers, rows: list[dict], cfg: PpoConfig, device: str) -> dict:
-    """One PPO step on these trajectories; the step's metrics."""
+    """One PPO step on these trajectories; the step's metrics. Each epoch is one optimizer step per model with
+    the gradients of every micro-batch accumulated; each micro-batch's losses are divided by the step's policy
+    token count, so the sum is the step's per-token mean (verl's token-mean with batch_num_tokens)."""
     pad = getattr(policy.config, "pad_token_id", None) or 0
-    batch = value.batch_of(rows, pad, device)
-    fixed, mask, metrics = advantages(policy, reference, critic, batch, cfg), batch["mask"], {}
+    batches = micro_batches(rows, pad, device, cfg.micro_batch)
+    fixed = advantages(policy, reference, critic, batches, cfg)
+    tokens = sum(b["mask"].sum() for b in batches)
+    metrics = {}
     for _ in range(cfg.epochs):
-        log_probs, entropy = token_log_probs(policy, batch, cfg.temperature)
-        pg = ppo.policy_loss(fixed["old"], log_probs, fixed["advantages"], mask, cfg.clip_low, cfg.clip_high)
-        kl = ppo.token_mean(ppo.kl_penalty(log_probs, fixed["ref"], "low_var_kl"), mask)
-        _step(optimizers[0], pg.loss + cfg.kl_coef * kl)
-        values = critic(batch["input_ids"], batch["attention_mask"])
-        vl = ppo.value_loss(values, fixed["values"], fixed["returns"], mask, clip=cfg.value_clip)
-        _step(optimizers[1], vl.loss)
-        metrics = {"policy_loss": float(pg.loss.detach()), "clip_fraction": float(pg.clipfrac),
-                   "approx_kl": float(pg.approx_kl), "kl_to_reference": float(kl.detach()),
-                   "entropy": float(ppo.token_mean(entropy.detach(), mask)), "value_loss": float(vl.loss.detach())}
-    return {**metrics, "reward_mean": float(batch["final"].mean()), "policy_tokens": int(mask.sum()),
-            "response_length": float(mask.sum(1).float().mean())}
+        metrics = _epoch(policy, critic, optimizers, batches, fixed, tokens, cfg)
+    final = torch.cat([b["final"] for b in batches])
+    lengths = torch.cat([b["mask"].sum(1) for b in batches])
+    return {**metrics, "reward_mean": float(final.mean()), "policy_tokens": int(tokens),
+            "response_length": float(lengths.mean())}
 
 
-def _step(optimizer, loss: Tensor) -> None:
+def _epoch(policy, critic, optimizers, batches, fixed, tokens: Tensor, cfg: PpoConfig) -> dict:
+    """Accumulate every micro-batch's gradients, then one clipped optimizer step for the policy and the critic."""
+    for optimizer in optimizers:
+        optimizer.zero_grad()
+    sums: dict[str, float] = {}
+    for batch, f in zip(batches, fixed):
+        for key, number in _micro_step(policy, critic, batch, f, tokens, cfg).items():
+            sums[key] = sums.get(key, 0.0) + number
+    sums["grad_norm"] = _clipped_step(optimizers[0], policy, cfg.grad_clip)
+    sums["critic_grad_norm"] = _clipped_step(optimizers[1], critic, cfg.grad_clip)
+    return sums
+
+
+def _micro_step(policy, critic, batch, f, tokens: Tensor, cfg: PpoConfig) -> dict[str, float]:
+    """Backward of one micro-batch's share of the step's losses; its metrics weighted by its share of tokens,
+    so summing over micro-batches gives the step's per-token means."""
+    mask, share = batch["mask"], float(batch["mask"].sum() / tokens)
+    log_probs, entropy = token_log_probs(policy, batch, cfg.temperature)
+    pg = ppo.policy_loss(f["old"], log_probs, f["advantages"], mask, cfg.clip_low, cfg.clip_high, num_tokens=tokens)
+    kl = ppo.token_mean(ppo.kl_penalty(log_probs, f["ref"], "low_var_kl"), mask, tokens)
+    (pg.loss + cfg.kl_coef * kl).backward()
+    values = critic(batch["input_ids"], batch["attention_mask"])
+    vl = ppo.value_loss(values, f["values"], f["returns"], mask, clip=cfg.value_clip, num_tokens=tokens)
+    vl.loss.backward()
+    return {"policy_loss": float(pg.loss.detach()), "kl_to_reference": float(kl.detach()),
+            "value_loss": float(vl.loss.detach()), "clip_fraction": float(pg.clipfrac) * share,
+            "approx_kl": float(pg.approx_kl) * share, "entropy": float(ppo.token_mean(entropy.detach(), mask)) * share}
+
+
+def _clipped_step(optimizer, model, clip: float) -> float:
+    """Clip the gradient norm (verl's grad_clip, 1.0) and step; the norm before clipping. A non-finite norm
+    skips the step, as verl's actor does, rather than writing NaN into the weights."""
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    if torch.isfinite(norm):
+        optimizer.step()
     optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+    return float(norm)
 
 
 @dataclass
@@ -108,7 +158,7 @@ def start_state(plan: PpoPlan, resume: bool) -> int:
     """The step to run next; a fresh run copies the policy and critic into OUT (a run's own copies)."""
     state = plan.out / "state.json"
     if resume and state.is_file():
-        return int(json.loads(state.read_text())["step"])
+        return next_step(plan.out)
     if state.is_file():
         raise BadInput(f"{plan.out} holds a PPO run", "pass --resume to go on with it, or another --out")
     plan.out.mkdir(parents=True, exist_ok=True)
@@ -116,6 +166,12 @@ def start_state(plan: PpoPlan, resume: bool) -> int:
     _replace_dir(plan.critic, plan.out / "critic")
     _save_state(plan, 0)
     return 0
+
+
+def next_step(out: Path) -> int:
+    """The step a --resume of the run in `out` starts at (0 when there is none)."""
+    state = out / "state.json"
+    return int(json.loads(state.read_text())["step"]) if state.is_file() else 0
 
 
 def _replace_dir(source: Path, target: Path) -> None:
@@ -130,7 +186,7 @@ def _save_state(plan: PpoPlan, step: int) -> None:
     (plan.out / "state.json").write_text(json.dumps({"step": step, "config": asdict(plan.config)}, indent=1) + "\n")
 
 
-def rollouts(plan: PpoPlan, step: int, sandbox) -> tuple[list[dict], dict]:
+def rollouts(plan: PpoPlan, step: int, sandbox, on_row=None) -> tuple[list[dict], dict]:
     """The step's sessions by the current policy, exported; and the environment's numbers."""
     import dataclasses
 
@@ -139,7 +195,7 @@ def rollouts(plan: PpoPlan, step: int, sandbox) -> tuple[list[dict], dict]:
     folder, policy = plan.out / "rollouts" / f"step-{step}", plan.out / "policy"
     settings = dataclasses.replace(plan.settings, backend="hf", model=str(policy))
     began = time.perf_counter()
-    rows = sessions.play(settings, plan.tasks, plan.config.sessions, plan.workers, folder, sandbox)
+    rows = sessions.play(settings, plan.tasks, plan.config.sessions, plan.workers, folder, sandbox, on_row)
     wall = time.perf_counter() - began
     sessions.export(folder, policy, folder / "trajectories.jsonl")
     lines = value.read_trajectories(folder / "trajectories.jsonl")
@@ -155,44 +211,84 @@ def _env_numbers(rows: list[dict], lines: list[dict], wall: float) -> dict:
             "rollout_s": round(wall, 1)}
 
 
-def train(plan: PpoPlan, sandbox, resume: bool = False, on_step: Callable[[dict], None] | None = None) -> dict:
+@dataclass
+class Learner:
+    """The models and optimizers a run trains, kept across steps: Adam's moments carry from step to step as in
+    verl, and go into OUT/optimizers.pt with each checkpoint, so --resume goes on with them."""
+    policy: object
+    critic: object
+    optimizers: tuple
+
+
+def load_learner(plan: PpoPlan, device: str) -> Learner:
+    from transformers import AutoModelForCausalLM
+
+    policy = AutoModelForCausalLM.from_pretrained(str(plan.out / "policy"), local_files_only=True).to(device)
+    critic = critics.load(plan.out / "critic").to(device)
+    optimizers = (torch.optim.AdamW(policy.parameters(), lr=plan.config.lr),
+                  torch.optim.AdamW(critic.parameters(), lr=plan.config.critic_lr))
+    saved = plan.out / "optimizers.pt"
+    if saved.is_file():
+        for optimizer, state in zip(optimizers, torch.load(saved, map_location=device)):
+            optimizer.load_state_dict(state)
+    return Learner(policy, critic, optimizers)
+
+
+def train(plan: PpoPlan, sandbox, resume: bool = False, on_step: Callable[[dict], None] | None = None,
+          on_row: Callable[[dict], None] | None = None) -> dict:
+    """Run the plan's steps from where OUT stands; `on_row` sees each rollout session, `on_step` each step."""
     from transformers import AutoModelForCausalLM
 
     first, device = start_state(plan, resume), plan.settings.device
     torch.manual_seed(plan.config.seed)
     reference = AutoModelForCausalLM.from_pretrained(str(plan.policy), local_files_only=True).to(device).eval()
-    done = []
+    learner, done = load_learner(plan, device), []
     for step in range(first, plan.config.steps):
-        rows, env = rollouts(plan, step, sandbox)
-        if not rows:
-            raise BadInput(f"step {step}: no rollout gave a trajectory", "see OUT/rollouts for the sessions")
-        policy = AutoModelForCausalLM.from_pretrained(str(plan.out / "policy"), local_files_only=True).to(device)
-        critic = critics.load(plan.out / "critic").to(device)
-        optimizers = (torch.optim.AdamW(policy.parameters(), lr=plan.config.lr),
-                      torch.optim.AdamW(critic.parameters(), lr=plan.config.critic_lr))
-        began = time.perf_counter()
-        metrics = update(policy, reference, critic, optimizers, rows, plan.config, device)
-        metrics["tokens_per_s"] = round(metrics["policy_tokens"] / (time.perf_counter() - began), 1)
-        _save_models(plan, policy, critic)
-        row = {"step": step + 1, "of": plan.config.steps, "trajectories": len(rows), **env, **metrics}
-        with open(plan.out / "metrics.jsonl", "a") as log:
-            log.write(json.dumps(row) + "\n")
-        _save_state(plan, step + 1)
+        row = _one_step(plan, learner, reference, step, sandbox, on_row)
         done.append(row)
         if on_step:
             on_step(row)
     return {"steps": done, "out": str(plan.out)}
 
 
-def _save_models(plan: PpoPlan, policy, critic) -> None:
-    """The new policy (with its tokenizer) and critic, each replacing the old folder whole."""
+def _one_step(plan: PpoPlan, learner: Learner, reference, step: int, sandbox, on_row) -> dict:
+    rows, env = rollouts(plan, step, sandbox, on_row)
+    if not rows:
+        raise BadInput(f"step {step}: no rollout gave a trajectory", "see OUT/rollouts for the sessions")
+    began = time.perf_counter()
+    metrics = update(learner.policy, reference, learner.critic, learner.optimizers, rows, plan.config,
+                     plan.settings.device)
+    metrics["tokens_per_s"] = round(metrics["policy_tokens"] / (time.perf_counter() - began), 1)
+    _save_models(plan, learner)
+    row = {"step": step + 1, "of": plan.config.steps, "trajectories": len(rows), **env, **metrics,
+           "gpu_memory_gb": _peak_memory_gb(plan.settings.device)}
+    with open(plan.out / "metrics.jsonl", "a") as log:
+        log.write(json.dumps(row) + "\n")
+    _save_state(plan, step + 1)
+    plots.write(plan.out / "metrics.jsonl", plan.out / "metrics.png", PLOTTED)
+    return row
+
+
+PLOTTED = (("reward_mean", "reward"), ("kl_to_reference", "KL to the initial policy"))
+
+
+def _peak_memory_gb(device: str) -> float | None:
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.max_memory_allocated() / 2**30, 2)
+
+
+def _save_models(plan: PpoPlan, learner: Learner) -> None:
+    """The new policy (with its tokenizer), critic and optimizer states, each replacing the old one whole."""
     from transformers import AutoTokenizer
 
     staged = plan.out / "policy.new"
     shutil.rmtree(staged, ignore_errors=True)
-    policy.save_pretrained(str(staged))
+    learner.policy.save_pretrained(str(staged))
     AutoTokenizer.from_pretrained(str(plan.out / "policy"), local_files_only=True).save_pretrained(str(staged))
-    critic.save(plan.out / "critic.new", base=str(plan.policy))
+    learner.critic.save(plan.out / "critic.new", base=str(plan.policy))
+    torch.save([o.state_dict() for o in learner.optimizers], plan.out / "optimizers.pt.new")
     for name in ("policy", "critic"):
         shutil.rmtree(plan.out / name, ignore_errors=True)
         (plan.out / f"{name}.new").rename(plan.out / name)
+    (plan.out / "optimizers.pt.new").replace(plan.out / "optimizers.pt")
