@@ -758,6 +758,57 @@ def train_ppo(
     console.print(f"{len(summary['steps'])} step(s); policy and critic in {escape(summary['out'])}", soft_wrap=True)
 
 
+@train_app.command("verl")
+def train_verl(
+        tasks: List[Path] = typer.Option(..., "--tasks", help="task files or folders (e.g. kernelsmith synth's DIR/tasks)"),
+        model: str = typer.Option(..., "--model", help="the policy's checkpoint (RFT's): a local folder"),
+        out: Path = typer.Option(..., "--out", "-o", help="data/, verl.yaml, agent_loop.yaml, launch.sh"),
+        val_tasks: Optional[List[Path]] = typer.Option(None, "--val-tasks", help="held-apart tasks (default: --tasks)"),
+        critic: Optional[str] = typer.Option(None, "--critic", help="an HF checkpoint for verl's critic "
+                                             "(default: started from the policy)"),
+        remote_model: bool = typer.Option(False, "--remote-model", help="--model and --critic exist only on the "
+                                          "cluster's nodes: not checked here"),
+        nodes: int = typer.Option(1, "--nodes", help="the trainer's nodes"),
+        gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
+        steps: int = typer.Option(100, "--steps"), max_turns: int = typer.Option(150, "--max-turns"),
+        samples: int = typer.Option(4, "--samples", help="rollouts per task per step"),
+        batch_size: int = typer.Option(8, "--batch-size", help="tasks per step"),
+        prompt_length: int = typer.Option(16384, "--prompt-length"),
+        response_length: int = typer.Option(32768, "--response-length", help="tokens of a whole session after its prompt"),
+        max_tokens_per_turn: int = typer.Option(8192, "--max-tokens-per-turn"),
+        temperature: float = typer.Option(1.0, "--temperature"), lr: float = typer.Option(1e-6, "--lr"),
+        critic_lr: float = typer.Option(1e-5, "--critic-lr"), kl_coef: float = typer.Option(1e-3, "--kl-coef"),
+        engine: str = typer.Option("vllm", "--engine", help="verl's rollout engine: vllm or sglang"),
+        tensor_parallel: int = typer.Option(1, "--tensor-parallel"),
+        sandbox: str = typer.Option("ray", "--sandbox", help="ray: kernelsmith's pool on the cluster; local: each node's own"),
+        sandbox_gpus: Optional[int] = typer.Option(None, "--sandbox-gpus", help="GPUs of the sandbox pool beside "
+                                                   "the trainer's (default: --gpus-per-node)"),
+        agent_workers: Optional[int] = typer.Option(None, "--agent-workers"),
+        workdir_root: str = typer.Option("/tmp/kernelsmith-verl", "--workdir-root", help="the sessions' workdirs: "
+                                         "a filesystem every node mounts, with --sandbox ray on several nodes"),
+        device: str = typer.Option("cuda", "--device", help="the sessions' device"),
+        validate: bool = typer.Option(True, "--validate/--no-validate", help="check the configuration with verl")) -> None:
+    """A verl configuration and launch command for PPO on a Ray cluster (docs/train-verl.md)."""
+    from rich.markup import escape
+
+    from kernelsmith import bench as bench_mod
+    from kernelsmith.console import console
+    from kernelsmith.train.verl import config as verl_config
+
+    local = (lambda p: p) if remote_model else (lambda p: p and str(Path(p).expanduser().resolve()))
+    plan = verl_config.VerlPlan(
+        bench_mod.task_files(tasks), local(model), out.resolve(), bench_mod.task_files(val_tasks) if val_tasks else None,
+        local(critic), remote_model, nodes, gpus_per_node, steps, max_turns, samples, batch_size, prompt_length,
+        response_length, max_tokens_per_turn, temperature, lr, critic_lr, kl_coef, engine, tensor_parallel, device,
+        sandbox, sandbox_gpus, agent_workers, workdir_root=workdir_root)
+    done = verl_config.run(plan, validate)
+    for name, path in done["files"].items():
+        console.print(f"{name}: {escape(str(path))}", soft_wrap=True)
+    console.print("validated against verl: " + (", ".join(done["validated"]) if validate else "no (--no-validate)"))
+    console.print(f"launch, on the Ray head node: bash {escape(str(done['files']['launch']))}\n"
+                  f"which runs: {escape(done['launch'])}", soft_wrap=True)
+
+
 def _with_device(settings):
     """Settings whose device is resolved (cuda when a GPU is visible), as the sessions' workers need it."""
     import dataclasses
