@@ -156,7 +156,6 @@ def write(plan: VerlPlan) -> dict[str, Path]:
     from kernelsmith.train.verl import data
 
     train = data.task_rows(plan.tasks, "train")
-    check_plan(plan, len(train))
     val = data.task_rows(plan.val_tasks, "val") if plan.val_tasks else train
     files = {"train": data.write_parquet(train, plan.out / "data" / "train.parquet"),
              "val": data.write_parquet(val, plan.out / "data" / "val.parquet")}
@@ -291,6 +290,7 @@ def check_model(model: str, remote: bool) -> None:
 def run(plan: VerlPlan, check: bool = True) -> dict[str, Any]:
     """Write everything for the cluster, validate it against verl unless told not to; what a report shows."""
     check_model(plan.model, plan.remote_model)
+    check_plan(plan, len(plan.tasks))
     if check:
         _need_verl()  # before anything is written
     files = write(plan)
