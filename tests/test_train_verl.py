@@ -185,14 +185,16 @@ SCRIPT = [
 ]
 
 
-def agent_loop(plan: config.VerlPlan, tokenizer, server):
+def agent_loop(plan: config.VerlPlan, tokenizer, server, overrides: dict | None = None):
     """KernelAgentLoop as verl's AgentLoopWorker makes it: the registry entry from the agent-loop file, through
-    hydra.utils.instantiate, with the trainer's composed configuration."""
+    hydra.utils.instantiate, with the trainer's composed configuration (and these dotted overrides)."""
     import hydra
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     composed = config.compose(plan.out)
+    for key, value in (overrides or {}).items():
+        OmegaConf.update(composed, key, value)
     (entry,) = [e for e in OmegaConf.load(plan.out / config.AGENT_LOOP_FILE) if e.name == AGENT_NAME]
     return hydra.utils.instantiate(entry, trainer_config=DictConfigWrap(composed), server_manager=server,
                                    tokenizer=tokenizer, processor=None, hf_model_type=None, dataset_cls=RLHFDataset,
@@ -208,11 +210,11 @@ def loop_plan(written, tmp_path) -> config.VerlPlan:
     return written
 
 
-def play(plan, tokenizer, server):
+def play(plan, tokenizer, server, overrides: dict | None = None):
     row = data.read_parquet(plan.out / "data" / "train.parquet")[0]
 
     async def go():
-        loop = agent_loop(plan, tokenizer, server)
+        loop = agent_loop(plan, tokenizer, server, overrides)
         return await loop.run({"temperature": 1.0, "top_p": 1.0, "logprobs": True}, raw_prompt=row["prompt"],
                               extra_info=row["extra_info"], index=0, data_source=row["data_source"])
 
@@ -275,6 +277,12 @@ def test_a_crashed_rollout_is_a_failed_sample_with_reward_0(loop_plan, model):
     events = [json.loads(line) for line in (Path(outcome["workdir"]) / ".kernelsmith" / "sessions"
                                             / outcome["session_id"] / "events.jsonl").read_text().splitlines()]
     assert events[-1]["kind"] == "session_end" and events[-1]["reason"] == "error"  # closed, lock released
+
+    # a prompt verl would cut from the left (losing the system prompt) fails the sample instead, before any turn
+    server = FakeServer(tokenizer, [])
+    short = play(loop_plan, tokenizer, server, {"actor_rollout_ref.rollout.prompt_length": 256})
+    assert "fills rollout.prompt_length (256 tokens)" in short.extra_fields["kernelsmith"]["error"]
+    assert short.reward_score == 0.0 and not server.calls and set(short.response_mask) == {0}
 
     # a row whose task source was tampered with never starts a session: failed too, never raised
     from kernelsmith.train.verl.agent_loop import LoopOptions, lay_out

@@ -224,6 +224,7 @@ class Session:
         self.turns = {"assistant": 0, "context": 0}
         self.scores: list[float] = []  # each evaluation's milestone reward, in order
         self.metrics = {"generate_sequences": 0.0, "tool_calls": 0.0}
+        self.server_fields: dict[str, Any] = {}  # the server's extra fields (the weights' versions), as verl keeps them
         self.reward, self.best = 0.0, None
 
     @property
@@ -247,6 +248,10 @@ class Session:
         self.chat = trajectories.chat_of(env.system, env.messages, [None] * len(env.messages)).messages
         self.tools = trajectories.hf_tools(env.specs)
         self.stream = Stream(await self.loop.ct_build_initial_tokens(self.chat, tools=self.tools))
+        limit = int(self.loop.rollout_config.prompt_length)
+        if len(self.stream.ids) >= limit:  # verl cut it from the left: the policy would lose its system prompt
+            raise ValueError(f"the session's prompt fills rollout.prompt_length ({limit} tokens): raise "
+                             "--prompt-length (data.max_prompt_length)")
 
     async def turn(self, sampling_params: dict[str, Any]) -> str:
         """One model turn and its tool calls; why the session ends here ("" when it goes on)."""
@@ -276,6 +281,7 @@ class Session:
         output = await self.loop.server_manager.generate(request_id=self.request_id, prompt_ids=self.stream.ids,
                                                          sampling_params=sampling_params)
         self.metrics["generate_sequences"] += time.perf_counter() - began
+        self.keep_server_fields(dict(output.extra_fields or {}))
         logprobs = list(output.log_probs) if output.log_probs else None
         merged, mask, kept = await self.loop.ct_merge_assistant_token(
             self.stream.ids, list(output.token_ids), self.stream.mask,
@@ -283,6 +289,14 @@ class Session:
         self.stream = Stream(merged.token_ids, mask, kept or [])
         self.turns["assistant"] += 1
         return output
+
+    def keep_server_fields(self, found: dict[str, Any]) -> None:
+        """As verl's tool agent loop: the first turn's fields, then the latest max_global_steps (verl's v1 trainer
+        reads min/max_global_steps to drop trajectories that span too many weight versions)."""
+        if not self.server_fields:
+            self.server_fields.update(found)
+        elif found.get("max_global_steps"):
+            self.server_fields["max_global_steps"] = found["max_global_steps"]
 
     async def append_context(self, previous: list[dict]) -> bool:
         """The env's new messages as template tokens (mask 0); False when they would not fit (then the
@@ -327,8 +341,8 @@ class Session:
             prompt_ids=prompt, response_ids=response[:limit], response_mask=mask[:limit],
             response_logprobs=logprobs[:limit] if logprobs else None, reward_score=info["score"],
             num_turns=self.turns["assistant"] + self.turns["context"] + 1, metrics=self.metrics,
-            extra_fields={FIELD: outcome, "reward_extra_info": {k: v for k, v in info.items() if k != "score"},
-                          "turn_scores": self.scores, "tool_rewards": []})
+            extra_fields={**self.server_fields, FIELD: outcome, "turn_scores": self.scores, "tool_rewards": [],
+                          "reward_extra_info": {k: v for k, v in info.items() if k != "score"}})
 
     async def tokens(self) -> tuple[list[int], list[int], list[int], list[float]]:
         """Prompt, response, mask and log-probs to hand verl; a failed sample's mask is all 0, and a sample
