@@ -593,6 +593,24 @@ train_app = typer.Typer(no_args_is_help=True, help="Train an open model on kerne
 app.add_typer(train_app, name="train")
 
 
+@train_app.command("import")
+def train_import(
+        source: Path = typer.Argument(..., help="a local checkpoint folder (config.json) or a .gguf file"),
+        out: Path = typer.Option(..., "--out", "-o", help="new folder for the trainer-ready checkpoint"),
+        chat_template: str = typer.Option("auto", "--chat-template",
+                                          help="auto: install ChatML with tools only where the model's own "
+                                          "template cannot show tools; chatml-tools: always; keep: never")) -> None:
+    """Make a starting checkpoint for the trainer: a folder in float32, with a chat template that shows tools."""
+    from rich.markup import escape
+
+    from kernelsmith.console import console
+    from kernelsmith.train import checkpoint
+
+    summary = checkpoint.import_model(source.resolve(), out.resolve(), chat_template)
+    console.print(f"{summary['parameters'] / 1e6:.1f}M parameters; {escape(summary['template'])}", soft_wrap=True)
+    console.print(f"checkpoint: {escape(summary['out'])}", soft_wrap=True)
+
+
 @train_app.command("trajectories")
 def train_trajectories(
         targets: List[str] = typer.Argument(..., help="workdirs (all their sessions), folders of workdirs, "
