@@ -7,6 +7,7 @@ import time
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from kernelsmith.evaluation.result import EvalResult
 
@@ -101,12 +102,17 @@ class SessionView:
         self.pending_text += delta
         *lines, self.pending_text = self.pending_text.split("\n")
         for line in lines:
-            self.out.print(line, style="italic", markup=False, highlight=False)
+            self._print_model_text(line)
 
     def flush_text(self) -> None:
         if self.pending_text:
-            self.out.print(self.pending_text, style="italic", markup=False, highlight=False)
+            self._print_model_text(self.pending_text)
             self.pending_text = ""
+
+    def _print_model_text(self, line: str) -> None:
+        # A Text, not print(style=, markup=False): print's options apply to everything it draws, the live
+        # status line included, which then showed as literal "[reverse] ... [/]" in italics.
+        self.out.print(Text(line, style="italic"), highlight=False)
 
     def __call__(self, event: dict) -> None:
         self.flush_text()
@@ -116,11 +122,11 @@ class SessionView:
         self.status["start"] = self.status["start"] or event["t"]
         self.live.refresh()
 
-    def _live_line(self) -> str:
+    def _live_line(self) -> Text:
         try:
-            return "" if self.ended else self.status_line(time.time())
+            return Text("") if self.ended else Text(f" {self.status_line(time.time())} ", style="reverse")
         except Exception:  # noqa: BLE001  (an error here would stop Live's refresh thread for good)
-            return ""
+            return Text("")
 
     def status_line(self, now: float) -> str:
         s = self.status
@@ -130,7 +136,7 @@ class SessionView:
         names, since = self.running
         if names:
             line += f" | {names[0]} running {_clock(now - since)}"
-        return f"[reverse] {escape(line)} [/]"
+        return line
 
     def _session_start(self, e: dict) -> None:
         cfg = e["config"]

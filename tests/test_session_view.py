@@ -62,7 +62,7 @@ def test_tool_lines_and_the_summary_go_to_the_view_console():
     with view:
         for event in (_start(), _turn(T0 + 1, "profile"), _result(T0 + 80, "profile", "REJECTED at verify\nwhy"), end):
             view(event)
-        assert view._live_line() == ""  # the status line goes with the session
+        assert view._live_line().plain == ""  # the status line goes with the session
     text = buffer.getvalue()
     assert "session s1 on model (cuda, fp32) with builtin:builtin" in text
     assert "-> profile()" in text and "profile: REJECTED at verify" in text and "why" not in text
@@ -87,3 +87,18 @@ def test_brackets_in_tool_names_and_results_are_printed_not_parsed_as_markup():
         view(_result(T0 + 20, "[/cyan]odd", "[exit code 1] see [/red] here"))
     text = buffer.getvalue()
     assert "-> [/cyan]odd()" in text and "[/cyan]odd: [exit code 1] see [/red] here" in text
+
+
+def test_on_a_terminal_the_status_line_is_drawn_in_reverse_video_and_model_text_in_italics():
+    """Model text printed while the live line is up must not lend it its print options: the line showed as
+    literal "[reverse] ... [/]" in italics at every model line."""
+    buffer = io.StringIO()
+    view = SessionView(Console(file=buffer, width=200, force_terminal=True, color_system="standard"))
+    with view:
+        view(_start())
+        view.on_text("I will read the task first.\nThen [b]write[/b] a kernel.\n")
+        view(_turn(T0 + 1, "read_file"))
+    text = buffer.getvalue()
+    assert "[reverse]" not in text and "[/]" not in text
+    assert "\x1b[7m turn 1 |" in text  # reverse video, not italic (\x1b[3m) nor italic reverse
+    assert "\x1b[3mI will read the task first.\x1b[0m" in text and "Then [b]write[/b] a kernel." in text
