@@ -283,6 +283,13 @@ def _check_budget(settings) -> None:
 
 def _run_session(run, as_json: bool) -> int:
     """Run with the live view, or with events as JSONL on stdout."""
+    try:
+        return _run_with_view(run, as_json)
+    except KeyboardInterrupt as stop:  # here, not in main: typer turns Ctrl-C into a bare exit code 130
+        return _interrupted(stop)
+
+
+def _run_with_view(run, as_json: bool) -> int:
     from kernelsmith.console import SessionView
 
     if as_json:
@@ -910,11 +917,22 @@ def main(argv: Optional[list[str]] = None) -> int:
         err_console.print(f"[red]error:[/] {escape(err.message)}" + (f" [dim](hint: {escape(err.hint)})[/]" if err.hint else ""),
                           soft_wrap=True)
         return err.exit_code
-    except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]")
-        return 130
+    except KeyboardInterrupt as stop:
+        return _interrupted(stop)
     except Exception as err:  # click usage errors and the unexpected
         return _unexpected(err)
+
+
+def _interrupted(stop: BaseException | None) -> int:
+    """Ctrl-C: exit 130, saying how to continue where the interrupted work knows it (a session does)."""
+    from rich.markup import escape
+
+    from kernelsmith.console import err_console
+
+    again = getattr(stop, "resume_command", None)
+    err_console.print("[yellow]interrupted[/]" + (f"; continue with: {escape(again)}" if again else ""),
+                      soft_wrap=True)
+    return 130
 
 
 def _unexpected(err: Exception) -> int:
@@ -925,8 +943,8 @@ def _unexpected(err: Exception) -> int:
     if hasattr(err, "format_message") and hasattr(err, "exit_code"):  # click's usage errors (typer vendors click)
         err_console.print(f"[red]error:[/] {escape(err.format_message())}", soft_wrap=True)
         return 2
-    if type(err).__name__ == "Abort":
-        return 130
+    if type(err).__name__ == "Abort":  # click's wrapping of Ctrl-C (its cause is the KeyboardInterrupt)
+        return _interrupted(err.__cause__)
     if STATE["debug"]:
         raise err
     err_console.print(f"[red]internal error:[/] {type(err).__name__}: {escape(str(err))} (rerun with --debug for the "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -290,9 +291,13 @@ def test_ctrl_c_records_the_end_and_the_session_resumes(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err, err
+    said = err.strip().splitlines()[-1]  # how to go on, as one line
+    assert said.startswith("interrupted; continue with: kernelsmith optimize --resume ") and "--workdir" in said, err
+    resume_args = shlex.split(said.split("continue with: ", 1)[1])[2:]
+    assert resume_args[:2] == ["--resume", record.parent.name] and Path(resume_args[3]) == Path(workdir).resolve()
     events = read_events(record)
     assert events[-1]["kind"] == "session_end" and events[-1]["reason"] == "interrupted"
-    resumed = ks("optimize", "--resume", record.parent.name, *args[:-1], "--json",
+    resumed = ks("optimize", *resume_args, *args[2:-1], "--json",
                  env={"KERNELSMITH_BASH_TIMEOUT_S": "1"})
     assert resumed.returncode == 1, resumed.stderr
     after = read_events(record)

@@ -83,6 +83,20 @@ def _agent(settings: Settings, backend: Backend, env: KernelEnv, on_text: TextSi
     return Agent(backend, env, context_window(backend_name(settings), settings), on_text=on_text)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a session, raised once its end is recorded: it knows the command that continues it."""
+
+    def __init__(self, session_id: str, workdir: Path):
+        super().__init__(session_id)
+        self.session_id, self.workdir = session_id, workdir
+
+    @property
+    def resume_command(self) -> str:
+        import shlex
+
+        return f"kernelsmith optimize --resume {self.session_id} --workdir {shlex.quote(str(self.workdir))}"
+
+
 def _drive(agent: Agent, env: KernelEnv) -> Ending:
     """Run the loop and always close the env (also on Ctrl-C and on errors): it records how the
     session ended, with the files in .git/ that run programs and changed during it. A resumed
@@ -92,9 +106,9 @@ def _drive(agent: Agent, env: KernelEnv) -> Ending:
         if env.pending:
             env.step_all([ToolCall(**c) for c in env.pending])
         reason = "finish" if env.reason == "finish" else agent.run()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         reason = "interrupted"
-        raise
+        raise Interrupted(env.session_id, env.workdir) from stop
     except KernelsmithError as err:  # e.g. the backend: recorded, then shown as one line by the CLI
         env.recorder.emit("error", turn=env.turn, message=str(err))
         raise
