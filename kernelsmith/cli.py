@@ -5,6 +5,7 @@ Exit codes: 0 success (correct and clean), 1 rejected, 2 bad input, 3 internal e
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -820,12 +821,13 @@ def train_verl(
     from kernelsmith.console import console
     from kernelsmith.train.verl import config as verl_config
 
-    local = (lambda p: p) if remote_model else (lambda p: p and str(Path(p).expanduser().resolve()))
     plan = verl_config.VerlPlan(
-        bench_mod.task_files(tasks), local(model), out.resolve(), bench_mod.task_files(val_tasks) if val_tasks else None,
-        local(critic), remote_model, nodes, gpus_per_node, steps, max_turns, samples, batch_size, prompt_length,
-        response_length, max_tokens_per_turn, temperature, lr, critic_lr, kl_coef, engine, tensor_parallel, device,
-        sandbox, sandbox_gpus, agent_workers, workdir_root=workdir_root)
+        tasks=bench_mod.task_files(tasks), model=model, out=out.resolve(), critic=critic, remote_model=remote_model,
+        val_tasks=bench_mod.task_files(val_tasks) if val_tasks else None, nodes=nodes, gpus_per_node=gpus_per_node,
+        steps=steps, max_turns=max_turns, samples=samples, batch_size=batch_size, prompt_length=prompt_length,
+        response_length=response_length, max_tokens_per_turn=max_tokens_per_turn, temperature=temperature, lr=lr,
+        critic_lr=critic_lr, kl_coef=kl_coef, engine=engine, tensor_parallel=tensor_parallel, device=device,
+        sandbox=sandbox, sandbox_gpus=sandbox_gpus, agent_workers=agent_workers, workdir_root=workdir_root)
     done = verl_config.run(plan, validate)
     for name, path in done["files"].items():
         console.print(f"{name}: {escape(str(path))}", soft_wrap=True)
@@ -935,6 +937,10 @@ def _interrupted(stop: BaseException | None) -> int:
     return 130
 
 
+_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ENOSPC, errno.EDQUOT,
+                errno.ENAMETOOLONG}
+
+
 def _unexpected(err: Exception) -> int:
     from rich.markup import escape
 
@@ -947,6 +953,11 @@ def _unexpected(err: Exception) -> int:
         return _interrupted(err.__cause__)
     if STATE["debug"]:
         raise err
+    if isinstance(err, OSError) and err.errno in _PATH_ERRNOS and err.filename:
+        # a path the user gave (an output folder on a read-only disk, a file where a folder must be): theirs to fix
+        err_console.print(f"[red]error:[/] {escape(str(err.filename))}: {escape(err.strerror or str(err))}",
+                          soft_wrap=True)
+        return 2
     err_console.print(f"[red]internal error:[/] {type(err).__name__}: {escape(str(err))} (rerun with --debug for the "
                       "traceback)")
     return 3

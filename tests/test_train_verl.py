@@ -99,8 +99,11 @@ def test_an_unknown_key_fails_validation(written, tmp_path):
         config.validate(bad)
     settings["actor_rollout_ref"]["actor"].pop("clip_ratio_hihg")
     settings["actor_rollout_ref"]["rollout"]["agent"]["agent_loop_config_path"] = str(bad / "agent_loop.yaml")
+    settings["actor_rollout_ref"]["model"]["path"] = settings["critic"]["model"]["path"] = "org/only-on-the-cluster"
     (bad / "verl.yaml").write_text(yaml.safe_dump(settings))
-    assert config.validate(bad, local_model=False)  # the same file without the typo passes
+    # without the typo it passes, and a model path that exists only on the cluster is never loaded (--remote-model)
+    assert config.validate(bad, local_model=False) == ["AlgoConfig", "FSDPActorConfig", "RolloutConfig",
+                                                         "FSDPCriticConfig"]
     loops = yaml.safe_load((bad / "agent_loop.yaml").read_text())
     loops[0]["max_turn"] = 3
     (bad / "agent_loop.yaml").write_text(yaml.safe_dump(loops))

@@ -13,7 +13,7 @@ import contextlib
 import io
 import math
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +225,19 @@ def build_dataclasses(config, local_model: bool) -> list[str]:
     return [type(omega_conf_to_dataclass(OmegaConf.select(config, section))).__name__ for section in sections]
 
 
+def without_critic_model(config):
+    """A copy without critic.model: building the critic's dataclass loads its model (HFModelConfig), which a path
+    that exists only on the cluster's nodes cannot give here."""
+    import copy
+
+    from omegaconf import open_dict
+
+    stripped = copy.deepcopy(config)
+    with open_dict(stripped):
+        stripped.critic.pop("model")
+    return stripped
+
+
 def validate(folder: Path, local_model: bool = True) -> list[str]:
     """Compose folder's verl.yaml with verl's defaults and check it as main_ppo does, plus the unknown keys and
     the dataclasses. One line (BadInput) for what fails; the dataclasses built when all is well."""
@@ -236,9 +249,11 @@ def validate(folder: Path, local_model: bool = True) -> list[str]:
         from verl.trainer.ppo.utils import need_critic, need_reference_policy
         from verl.utils.config import validate_config
 
+        checked = config if local_model else without_critic_model(config)
         with contextlib.redirect_stdout(io.StringIO()):  # verl prints its own "all checks passed"
-            validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-        built = build_dataclasses(config, local_model)
+            validate_config(checked, use_reference_policy=need_reference_policy(checked),
+                            use_critic=need_critic(checked))
+        built = build_dataclasses(checked, local_model)
         _check_agent_loop(config)
     except BadInput:
         raise
@@ -277,19 +292,22 @@ def _first_line(err: Exception) -> str:
 
 # -- the command ----------------------------------------------------------------------------------
 
-def check_model(model: str, remote: bool) -> None:
-    """A local checkpoint folder, unless the path exists only on the cluster's nodes (remote)."""
-    if not model:
-        raise BadInput("--model is required: the policy's checkpoint")
-    if not remote and not (Path(model).expanduser() / "config.json").is_file():
-        raise BadInput(f"no model checkpoint in {model}",
+def checkpoint(path: str | None, flag: str, remote: bool) -> str | None:
+    """A local checkpoint folder as an absolute path; with remote, the path as given (it exists only on the
+    cluster's nodes)."""
+    if path is None or remote:
+        return path
+    if not (Path(path).expanduser() / "config.json").is_file():
+        raise BadInput(f"no model checkpoint in {path} ({flag})",
                        "give a local folder with config.json and a tokenizer, or pass --remote-model for a path "
                        "that exists only on the cluster's nodes")
+    return str(Path(path).expanduser().resolve())
 
 
 def run(plan: VerlPlan, check: bool = True) -> dict[str, Any]:
     """Write everything for the cluster, validate it against verl unless told not to; what a report shows."""
-    check_model(plan.model, plan.remote_model)
+    plan = replace(plan, model=checkpoint(plan.model, "--model", plan.remote_model),
+                   critic=checkpoint(plan.critic, "--critic", plan.remote_model))
     check_plan(plan, len(plan.tasks))
     if check:
         _need_verl()  # before anything is written
