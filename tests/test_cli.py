@@ -183,3 +183,17 @@ def test_an_error_about_a_path_with_brackets_prints_the_path_as_it_is(tmp_path, 
     proc = ks("check", missing)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert f"task file not found: {missing}" in " ".join(proc.stderr.split()), proc.stderr
+
+
+@pytest.mark.parametrize("command", ["optimize", "bench"])
+def test_an_output_path_that_cannot_be_written_is_one_line_and_exit_2(command, tmp_path):
+    """A workdir or --out under a file (or on a read-only disk) is the user's to fix: one line naming the path,
+    not "internal error: NotADirectoryError", and nothing the user had is touched."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("mine")
+    task = Path(__file__).resolve().parents[1] / "examples" / "bias_gelu_scale" / "model.py"
+    where = ["--workdir", str(blocker / "ks")] if command == "optimize" else ["--out", str(blocker / "bench")]
+    proc = ks(command, str(task), *where, "--device", "cpu", "--max-turns", "1", "--backend", "builtin")
+    assert_one_line_error(proc)
+    assert str(blocker) in proc.stderr and "internal error" not in proc.stderr
+    assert blocker.read_text() == "mine"

@@ -128,5 +128,9 @@ def prepare_workdir(task: str | None, workdir: Path | None, device: str, precisi
         raise BadInput("give a TASK file, or --workdir of an existing workdir")
     source = task_mod.load_task(task, inputs, init_args)
     target = workdir or Path(f"kernelsmith-{Path(task.split(':')[0]).stem}")
-    wd.create(source, target, device, precision)
+    try:
+        wd.create(source, target, device, precision)
+    except OSError as err:  # read-only, not a directory, no permission, disk full: the user's to fix
+        raise BadInput(f"cannot create the workdir {target}: {err.strerror or err}",
+                       "give a --workdir in a folder you can write") from None
     return target.resolve()
