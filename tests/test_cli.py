@@ -197,3 +197,13 @@ def test_an_output_path_that_cannot_be_written_is_one_line_and_exit_2(command, t
     assert_one_line_error(proc)
     assert str(blocker) in proc.stderr and "internal error" not in proc.stderr
     assert blocker.read_text() == "mine"
+
+
+def test_python_dash_m_kernelsmith_is_the_cli(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "kernelsmith", "doctor", "--json"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert any(check["name"] == "torch" and check["ok"] for check in json.loads(proc.stdout))
+    bad = subprocess.run([sys.executable, "-m", "kernelsmith", "eval", str(tmp_path / "none.py"), "x.py"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert_one_line_error(bad)
