@@ -612,7 +612,8 @@ class KernelRepo:
             return "it is the accepted kernel; accept another commit first"
         later = self._later_commit_touching(info["sha"], paths)
         if later:
-            return f"the later commit {later[:8]} also changes {', '.join(paths)}; revert that one first"
+            shared = sorted(set(paths) & set(self.changed_paths(later))) or paths  # a merge lists none
+            return f"the later commit {later[:8]} also changes {', '.join(shared)}; revert that one first"
         dirty = self._dirty_among(paths)
         if dirty:
             return f"{', '.join(dirty)} has uncommitted changes that the revert would overwrite; commit or stash them first"

@@ -229,3 +229,13 @@ def test_command_errors_are_one_line(root, tmp_path):
     git.Repo.init(tmp_path / "plain")
     proc = ks("log", tmp_path / "plain")
     assert proc.returncode == 0 and "no kernel commits" in proc.stdout
+
+
+def test_a_refused_revert_names_only_the_files_the_later_commit_shares_with_it(root):
+    first = kernel_commit(root, {"model_new.py": "# uses a and b\n", "kernels/a.cpp": "// a\n", "kernels/b.cpp": "// b\n"},
+                          turn=2)
+    later = kernel_commit(root, {"kernels/b.cpp": "// b2\n"}, turn=4)
+    with pytest.raises(BadInput) as refused:
+        KernelRepo(root).revert(first)
+    assert f"the later commit {later[:8]} also changes kernels/b.cpp; revert that one first" in str(refused.value)
+    assert "a.cpp" not in str(refused.value) and "model_new.py" not in str(refused.value)
