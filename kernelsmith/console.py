@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelsmith.evaluation.result import EvalResult
+from kernelsmith.session.verdict import verdict
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -202,6 +203,8 @@ def render_session_summary(end: dict, out: Console | None = None) -> None:
     table.add_column("")
     table.add_column("")
     best = summary.get("best")
+    success, line = verdict(best)
+    table.add_row("verdict", f"[green]{line}[/]" if success else f"[bold yellow]{line}[/]")
     table.add_row("best", "none" if not best else
                   f"{best['sha'][:8]} (turn {best['turn']}): {_fmt_x(best['speedup_vs_eager'])} vs eager, "
                   f"{_fmt_x(best['speedup_vs_compile'])} vs torch.compile, reward {best['reward']:g}")

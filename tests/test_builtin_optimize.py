@@ -38,9 +38,10 @@ def events_of(workdir: Path) -> list[dict]:
 def test_optimize_with_no_api_key_commits_a_verified_generated_kernel(tmp_path, task, max_turns, kernel):
     workdir = tmp_path / "wd"
     proc = optimize(DATA / task, workdir, "--max-turns", max_turns)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     assert "notice: no API key configured: using the built-in offline policy" in proc.stderr
     events = events_of(workdir)
+    best = events[-1]["summary"]["best"]  # exit 0 only when it beat eager; a slower verified kernel is still committed
+    assert best and proc.returncode == (0 if best["speedup_vs_eager"] > 1.0 else 1), proc.stderr[-3000:]
     assert events[0]["config"]["backend"] == "builtin"
     assert events[-1]["kind"] == "session_end" and events[-1]["reason"] == "finish"
     profiles = [e["result"] for e in events if e["kind"] == "eval_result" and e["tool"] == "profile"]

@@ -102,3 +102,18 @@ def test_on_a_terminal_the_status_line_is_drawn_in_reverse_video_and_model_text_
     assert "[reverse]" not in text and "[/]" not in text
     assert "\x1b[7m turn 1 |" in text  # reverse video, not italic (\x1b[3m) nor italic reverse
     assert "\x1b[3mI will read the task first.\x1b[0m" in text and "Then [b]write[/b] a kernel." in text
+
+
+def test_the_summary_says_plainly_when_no_kernel_beat_eager():
+    best = {"sha": "a" * 40, "turn": 3, "speedup_vs_eager": 0.43, "speedup_vs_compile": 0.3, "reward": 1.0}
+    for best_kernel, said in ((best, "no kernel beat eager; best 0.43x"),
+                              ({**best, "speedup_vs_eager": 1.8}, "faster than eager: 1.80x"),
+                              ({**best, "speedup_vs_eager": None}, "none was profiled: not shown faster than eager"),
+                              (None, "no kernel verified")):
+        view, buffer = _view()
+        end = {"kind": "session_end", "t": T0 + 90, "reason": "finish",
+               "summary": {"best": best_kernel, "turns": 3, "attempts": 2, "usage": {}, "elapsed_s": 90}}
+        with view:
+            view(_start())
+            view(end)
+        assert said in buffer.getvalue(), buffer.getvalue()

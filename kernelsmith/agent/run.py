@@ -6,6 +6,7 @@ one; 2 for bad input (raised as BadInput before anything is written).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from kernelsmith.config import Settings
 from kernelsmith.errors import BadInput, KernelsmithError
 from kernelsmith.lock import workdir_lock
 from kernelsmith.session import reader
+from kernelsmith.session.verdict import verdict
 from kernelsmith.session.recorder import Listener
 
 
@@ -35,7 +37,8 @@ class Ending:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.best is not None else 1
+        """0 only for a verified kernel measured faster than eager (progress.verdict)."""
+        return 0 if verdict(dataclasses.asdict(self.best) if self.best else None)[0] else 1
 
 
 def start(settings: Settings, workdir: Path, listeners: list[Listener], on_text: TextSink | None,
