@@ -180,11 +180,22 @@ def call(name: str, **arguments) -> str:
     return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
+# the workdir's worked example is a light-binding kernel computing alpha * x: with alpha 3 it is the task, and it
+# builds in seconds even where no precompiled torch header exists yet (a fresh CI machine)
+MODEL_NEW = """from kernelsmith.ext import load_kernels
+from model import Model
+
+ext = load_kernels()
+
+
+class ModelNew(Model):
+    def forward(self, x):
+        return ext.example_scale(x, 3.0, 0)
+"""
 SCRIPT = [
-    "I will write the kernel and verify it." + call("bash", command="rm kernels/example_scale.cpp")
-    + call("write_file", path="kernels/triple.cpp", content=(DATA / "triple.cpp").read_text())
-    + call("write_file", path="model_new.py", content=(DATA / "model_new.py").read_text()) + call("verify"),
-    "It verified." + call("finish", summary="an OpenMP triple kernel"),
+    "The worked example scales by alpha: with 3 it is the task." + call("write_file", path="model_new.py",
+                                                                        content=MODEL_NEW) + call("verify"),
+    "It verified." + call("finish", summary="the example kernel with alpha 3"),
 ]
 
 
@@ -256,7 +267,7 @@ def test_the_agent_loop_plays_a_real_session_and_returns_the_ledgers_reward(loop
     policy = [tokenizer.decode(out.response_ids[s:e]) for v, s, e in runs if v]
     assert policy == [SCRIPT[0] + "<|im_end|>", SCRIPT[1] + "<|im_end|>"]
     tools = tokenizer.decode(out.response_ids[runs[1][1]:runs[1][2]])
-    assert tools.count("<|im_start|>tool\n") == 4 and "[budget] turn 1 of 150" in tools
+    assert tools.count("<|im_start|>tool\n") == 2 and "[budget] turn 1 of 150" in tools
     assert tools.rstrip().endswith("<|im_start|>assistant")  # the generation prompt of turn 2, masked too
     assert server.calls[1]["prompt_ids"] == out.prompt_ids + out.response_ids[:runs[1][2]]
     assert len(out.response_logprobs) == len(out.response_ids) and out.num_turns == 4
