@@ -17,7 +17,7 @@ from pathlib import Path
 ONE_TASK = """
 import json, sys, warnings
 warnings.filterwarnings("ignore")
-from kernelsmith.builtin.generate import build_plan
+from kernelsmith.compiler.pipeline import build_plan
 built = build_plan(sys.argv[1], sys.argv[2], "fp32")
 print(json.dumps({"supported": not built.unsupported, "why": "; ".join(built.unsupported),
                   "plan": built.summary if not built.unsupported else ""}))

@@ -13,8 +13,8 @@ import warnings
 from pathlib import Path
 
 warnings.filterwarnings("ignore")
-from kernelsmith.builtin.generate import build_plan  # noqa: E402
-from kernelsmith.builtin.ir import ReductionGroup  # noqa: E402
+from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
+from kernelsmith.compiler.ir import ReductionGroup  # noqa: E402
 
 
 def gib_moved(plan) -> float:

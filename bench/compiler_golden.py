@@ -21,7 +21,7 @@ from pathlib import Path
 ONE_TASK = """
 import hashlib, json, sys, warnings
 warnings.filterwarnings("ignore")
-from kernelsmith.builtin.generate import build_plan
+from kernelsmith.compiler.pipeline import build_plan
 built = build_plan(sys.argv[1], sys.argv[2], "fp32")
 parts = {"unsupported": built.unsupported, "summary": built.summary, "variants": built.variants}
 if not built.unsupported:

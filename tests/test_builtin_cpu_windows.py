@@ -12,9 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernelsmith.builtin import cpu_gen  # noqa: E402
-from kernelsmith.builtin.generate import build_plan  # noqa: E402
-from kernelsmith.builtin.ir import Group  # noqa: E402
+from kernelsmith.compiler import cpu  # noqa: E402
+from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
+from kernelsmith.compiler.ir import Group  # noqa: E402
 from kernelsmith.harness import build  # noqa: E402
 
 CASES = {  # module, input shape
@@ -147,7 +147,7 @@ def _build_all(root: Path):
         compile(plan.model_new([0] * len(plan.variants)), f"{name}/model_new.py", "exec")  # what the session runs
         for j, group in enumerate(plan.plan.groups()):
             group.name = f"c{i}_{j}_{group.kind}"
-            made = cpu_gen.generate(group, plan.plan.values)
+            made = cpu.generate(group, plan.plan.values)
             sources += made.files.values()
         plans[name] = (plan.plan, max(len(v) for v in plan.variants))
     (root / "kernels" / "convs.cpp").write_text("\n".join(sources))

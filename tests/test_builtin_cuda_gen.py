@@ -19,8 +19,9 @@ from typing import Callable
 
 import pytest
 
-from kernelsmith.builtin import cuda_gen
-from kernelsmith.builtin.ir import CatGroup, ConvGroup, GemmGroup, Group, Op, PointwiseGroup, PoolGroup, ReductionGroup, Value
+from kernelsmith.compiler import cuda
+from kernelsmith.compiler.ir import (CatGroup, ConvGroup, GemmGroup, Generated, Group, Op, PointwiseGroup, PoolGroup,
+                                     ReductionGroup, Value)
 
 TORCH_HEADER = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10)/', re.MULTILINE)
 
@@ -360,11 +361,11 @@ CASES = {f.__name__.removesuffix("_case"): f for f in (
     long_row_mean_case, cat_case)}
 
 
-def generate_all() -> dict[str, cuda_gen.Generated]:
+def generate_all() -> dict[str, Generated]:
     out = {}
     for name, make in CASES.items():
         case = make()
-        out[name] = cuda_gen.generate(case.group, case.values)
+        out[name] = cuda.generate(case.group, case.values)
     return out
 
 
@@ -401,7 +402,7 @@ def _library_include(nvcc: str, library: str) -> Path | None:
 @pytest.mark.parametrize("name", list(CASES))
 def test_generated_files_follow_the_conventions(name):
     case = CASES[name]()
-    made = cuda_gen.generate(case.group, case.values)
+    made = cuda.generate(case.group, case.values)
     group = case.group
     assert made.function == group.name and made.variants
     assert f"{group.name}.cu" in made.files and f"{group.name}_binding.cpp" in made.files
@@ -422,7 +423,7 @@ def test_generated_files_follow_the_conventions(name):
 
 
 def test_dense_inputs_are_checked_contiguous_and_strided_ones_get_strides():
-    made = cuda_gen.generate(pointwise_case().group, pointwise_case().values)
+    made = cuda.generate(pointwise_case().group, pointwise_case().values)
     binding = made.files["k0_pointwise_binding.cpp"]
     assert "k0_pointwise: input x must be contiguous" in binding
     assert "input xt must be contiguous" not in binding and "ks_strides(in_xt, {2, 3, 5, 7})" in binding
@@ -431,7 +432,7 @@ def test_dense_inputs_are_checked_contiguous_and_strided_ones_get_strides():
 
 
 def test_gemm_uses_cublas_without_tf32_in_its_own_file():
-    made = cuda_gen.generate(gemm_case().group, gemm_case().values)
+    made = cuda.generate(gemm_case().group, gemm_case().values)
     cublas = made.files["k5_gemm_gemm.cu"]
     assert "#include <cublas_v2.h>" in cublas and "CUBLAS_DEFAULT_MATH" in cublas and "TF32" not in \
         cublas.replace("no TF32", "")
@@ -441,7 +442,7 @@ def test_gemm_uses_cublas_without_tf32_in_its_own_file():
 
 
 def test_argmax_result_is_int64():
-    made = cuda_gen.generate(argmax_case().group, argmax_case().values)
+    made = cuda.generate(argmax_case().group, argmax_case().values)
     assert "at::kLong" in made.files["k4_argmax_binding.cpp"]
     assert "int64_t* p_idx" in made.files["k4_argmax.cu"]
 
@@ -450,12 +451,12 @@ def test_out_of_scope_groups_raise_value_error():
     case = pointwise_case()
     case.values["t3"] = Value("t3", (2, 3, 5, 7), "float16")
     with pytest.raises(ValueError, match="unsupported"):
-        cuda_gen.generate(case.group, case.values)
+        cuda.generate(case.group, case.values)
     arg = argmax_case()
     arg.group.epilogue = [Op("mul", ["idx", 2.0], "z")]
     arg.values["z"] = Value("z", (6, 5), "int64")
     with pytest.raises(ValueError, match="unsupported"):
-        cuda_gen.generate(arg.group, arg.values)
+        cuda.generate(arg.group, arg.values)
 
 
 def _write_sources(folder: Path) -> tuple[list[str], dict[str, list[str]]]:
@@ -496,7 +497,7 @@ def test_generated_library_files_compile(tmp_path, library):
 
 
 def test_convolution_uses_cudnn_in_true_fp32_in_its_own_file():
-    made = cuda_gen.generate(conv2d_case().group, conv2d_case().values)
+    made = cuda.generate(conv2d_case().group, conv2d_case().values)
     cudnn = made.files["k14_conv2d_conv.cu"]
     assert "#include <cudnn.h>" in cudnn and "CUDNN_FMA_MATH" in cudnn and "TENSOR_OP" not in cudnn
     assert "cudnnSetConvolutionGroupCount(c.conv, 2)" in cudnn and "cudnnConvolutionForward(" in cudnn
@@ -507,7 +508,7 @@ def test_convolution_uses_cudnn_in_true_fp32_in_its_own_file():
 
 
 def test_transposed_convolution_is_cudnns_backward_data_pass_over_a_lifted_1d():
-    made = cuda_gen.generate(conv_transpose1d_case().group, conv_transpose1d_case().values)
+    made = cuda.generate(conv_transpose1d_case().group, conv_transpose1d_case().values)
     cudnn = made.files["k15_convt1d_conv.cu"]
     assert "cudnnConvolutionBackwardData(" in cudnn and "cudnnConvolutionForward(" not in cudnn
     assert "x_dims[] = {2, 4, 1, 9}, y_dims[] = {2, 3, 1, 18}, w_dims[] = {4, 3, 1, 3}" in cudnn
@@ -540,7 +541,7 @@ def test_generated_bindings_compile(tmp_path):
     (tmp_path / "all_bindings.cpp").write_text("\n".join(unit) + "\n")
     torch_include = Path(torch_spec.origin).parent / "include"
     includes = [tmp_path / "stubs", python_include, torch_include, torch_include / "torch" / "csrc" / "api" / "include",
-                cuda_include, Path(cuda_gen.__file__).parent.parent / "templates"]
+                cuda_include, Path(cuda.__file__).parents[2] / "templates"]
     cmd = [compiler, "-std=c++20", "-fsyntax-only", "-DTORCH_EXTENSION_NAME=ks_bindings",
            *[f"-I{folder}" for folder in includes], "all_bindings.cpp"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
@@ -556,7 +557,7 @@ def _compile(nvcc: str, files: list[str], cwd: Path, extra: list[str] = ()) -> N
 
 
 def test_few_long_rows_are_split_across_blocks_with_a_whole_row_fallback():
-    made = cuda_gen.generate(frobenius_case().group, frobenius_case().values)
+    made = cuda.generate(frobenius_case().group, frobenius_case().values)
     assert made.variants[:2] == ["rows split across blocks, 256 threads per chunk",
                                  "rows split across blocks, 512 threads per chunk"]
     assert made.variants[2:] == ["512 threads per row"]  # kept: the search falls back to it if a split fails
@@ -569,13 +570,13 @@ def test_few_long_rows_are_split_across_blocks_with_a_whole_row_fallback():
 
 
 def test_a_split_without_a_second_pass_finishes_in_one_block_per_row():
-    made = cuda_gen.generate(long_row_mean_case().group, long_row_mean_case().values)
+    made = cuda.generate(long_row_mean_case().group, long_row_mean_case().values)
     assert "kChunks = 16LL, kChunk = 4096LL, kFinishChunks = 1LL" in made.files["k26_long_mean.cu"]
 
 
 def test_many_or_short_rows_keep_one_team_per_row():
     empty_batch = softmax_case(shape=(0, 100003), name="k1_empty")  # no rows at all: nothing to split
     for case in (softmax_case(), softmax_case(shape=(65, 70000), name="k1_many"), norm_all_case(), empty_batch):
-        made = cuda_gen.generate(case.group, case.values)
+        made = cuda.generate(case.group, case.values)
         assert not any("split" in v for v in made.variants)
         assert "_split_partial" not in "".join(made.files.values())

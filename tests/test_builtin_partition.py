@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.builtin.graph import capture
-from kernelsmith.builtin.ir import CatGroup, ConvGroup, GemmGroup, PointwiseGroup, PoolGroup, ReductionGroup, ViewStep
-from kernelsmith.builtin.partition import plan
+from kernelsmith.compiler.graph import capture
+from kernelsmith.compiler.ir import CatGroup, ConvGroup, GemmGroup, PointwiseGroup, PoolGroup, ReductionGroup, ViewStep
+from kernelsmith.compiler.partition import plan
 
 
 def plan_of(tmp_path: Path, init: str, forward: str, inputs: str, init_inputs: str = "[]"):
@@ -128,7 +128,7 @@ def test_ops_the_generators_know_are_not_decomposed(tmp_path):
 
 
 def test_an_int_or_list_input_is_a_clear_capture_error(tmp_path):
-    from kernelsmith.builtin.graph import CaptureError
+    from kernelsmith.compiler.graph import CaptureError
 
     for extra in ("3", "[1, 2]"):
         with pytest.raises(CaptureError, match="inputs other than tensors and floats"):
@@ -157,7 +157,7 @@ def test_each_number_keeps_its_own_value_whatever_python_does_with_others(tmp_pa
 
 
 def test_a_tensor_attribute_has_no_value_on_meta_tensors_and_says_so(tmp_path):
-    from kernelsmith.builtin.graph import CaptureError
+    from kernelsmith.compiler.graph import CaptureError
 
     with pytest.raises(CaptureError, match="'scale' has no value .*make it a buffer"):
         plan_of(tmp_path, "self.scale = torch.tensor(2.0)", "return x * self.scale", "[torch.randn(4, 5)]")
@@ -169,7 +169,7 @@ def test_a_tensor_attribute_has_no_value_on_meta_tensors_and_says_so(tmp_path):
     ("return torch.tensor(1.5, device=x.device)", "returns a constant"),
 ])
 def test_other_tensors_made_in_forward_are_a_clear_capture_error(tmp_path, forward, why):
-    from kernelsmith.builtin.graph import CaptureError
+    from kernelsmith.compiler.graph import CaptureError
 
     with pytest.raises(CaptureError, match=re.escape(why)):
         plan_of(tmp_path, "", forward, "[torch.randn(4, 5)]")
@@ -207,7 +207,7 @@ def test_a_transposed_convolution_feeding_a_reduction_is_two_kernels(tmp_path):
 
 def test_batch_norm_running_statistics_are_not_outputs(tmp_path):
     """In training mode export also returns the running-statistic updates; forward does not."""
-    from kernelsmith.builtin.graph import capture
+    from kernelsmith.compiler.graph import capture
 
     path = tmp_path / "bn.py"
     path.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
@@ -229,7 +229,7 @@ def test_training_mode_normalisations_decompose_exactly_into_means(module, shape
     import torch
     from torch import nn
 
-    from kernelsmith.builtin.graph import _decompositions
+    from kernelsmith.compiler.graph import _decompositions
 
     model = eval(module, {"nn": nn})
     x = torch.randn(*shape) * 3 + 1
@@ -268,7 +268,7 @@ def test_captures_on_several_threads_at_once_all_succeed(tmp_path):
     """The bench runs sessions on threads; torch.export's tracing state is process-wide."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kernelsmith.builtin.graph import capture
+    from kernelsmith.compiler.graph import capture
 
     paths = []
     for i in range(4):
@@ -361,11 +361,11 @@ def test_a_reduction_of_an_input_gets_a_prologue_for_what_its_epilogue_recompute
     (group,) = p.groups()
     assert group.reduce == "sum" and names(group.prologue) == ["mul"]
     assert group.operand not in {op.out for op in group.prologue}
-    from kernelsmith.builtin import cpu_gen, cuda_gen
+    from kernelsmith.compiler import cpu, cuda
 
-    made = cpu_gen.generate(group, p.values)
+    made = cpu.generate(group, p.values)
     assert f"acc += v_{group.operand};" not in "".join(made.files.values())
-    cuda_gen.generate(group, p.values)
+    cuda.generate(group, p.values)
 
 
 def test_a_value_the_reduced_epilogue_reads_is_not_moved_into_the_prologue(tmp_path):
@@ -374,11 +374,11 @@ def test_a_value_the_reduced_epilogue_reads_is_not_moved_into_the_prologue(tmp_p
     p = plan_of(tmp_path, "", "w = rest[0] * 2.0\nreturn x.sum(1, keepdim=True) * w",
                 "[torch.randn(6, 1), torch.randn(6, 1)]")
     assert not p.unsupported
-    from kernelsmith.builtin import cpu_gen, cuda_gen
+    from kernelsmith.compiler import cpu, cuda
 
     for group in p.groups():
-        cpu_gen.generate(group, p.values)
-        cuda_gen.generate(group, p.values)
+        cpu.generate(group, p.values)
+        cuda.generate(group, p.values)
 
 
 def test_parameters_inside_sequential_children_are_reached_from_model_new(tmp_path):
@@ -386,7 +386,7 @@ def test_parameters_inside_sequential_children_are_reached_from_model_new(tmp_pa
     level-3 task failed on it), so model_new.py reaches them with getattr."""
     import torch
 
-    from kernelsmith.builtin.generate import build_plan
+    from kernelsmith.compiler.pipeline import build_plan
 
     source = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
               "        super().__init__()\n        self.net = nn.Sequential(nn.GroupNorm(2, 4), nn.ReLU())\n"
@@ -431,7 +431,7 @@ def test_layouts_are_the_generated_codes_not_eagers(tmp_path):
 
 
 def test_attribute_paths_that_are_not_plain_names_use_getattr():
-    from kernelsmith.builtin.graph import attribute_source
+    from kernelsmith.compiler.graph import attribute_source
 
     assert attribute_source("self", "lin.weight") == "self.lin.weight"
     assert attribute_source("self", "net.0.weight") == "getattr(self.net, '0').weight"

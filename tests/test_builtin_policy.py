@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from kernelsmith.agent.env import Observation
-from kernelsmith.builtin.policy import BuiltinBackend
+from kernelsmith.backends.builtin import BuiltinBackend
 
 DATA = Path(__file__).parent / "data" / "builtin"
 

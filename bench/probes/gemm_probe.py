@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 warnings.filterwarnings("ignore")
-from kernelsmith.builtin.generate import build_plan  # noqa: E402
+from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
 from kernelsmith.harness import build, guards, op_watch  # noqa: E402
 from kernelsmith.harness.timing import Clocks, L2Flusher  # noqa: E402
 

@@ -7,7 +7,7 @@ import traceback
 import warnings
 
 warnings.filterwarnings("ignore")
-from kernelsmith.builtin.generate import build_plan  # noqa: E402
+from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
 
 for task in sys.argv[1:]:
     try:

@@ -13,7 +13,7 @@ BACKENDS = {
     "anthropic": "kernelsmith.backends.anthropic:AnthropicBackend",
     "openai": "kernelsmith.backends.openai:OpenAIBackend",
     "scripted": "kernelsmith.backends.scripted:ScriptedBackend",
-    "builtin": "kernelsmith.builtin.policy:BuiltinBackend",
+    "builtin": "kernelsmith.backends.builtin:BuiltinBackend",
     "hf": "kernelsmith.backends.hf:HFBackend",
 }
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4.1"}

@@ -1,6 +1,6 @@
 """The built-in policy's CUDA kernels on a GPU. Run on the device.
 
-Every case of tests/test_builtin_cuda_gen.py is generated into one kernels/ folder, built once
+Every case of tests/test_builtin_cuda.py is generated into one kernels/ folder, built once
 with the harness's build (as kernelsmith.ext does), and each launch variant is compared with
 torch computing the same thing in fp32.
 """
@@ -17,10 +17,10 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device)")]
 
-from kernelsmith.builtin import cuda_gen  # noqa: E402
+from kernelsmith.compiler import cuda  # noqa: E402
 from kernelsmith.harness import build  # noqa: E402
 
-CASES_FILE = Path(__file__).resolve().parents[1] / "test_builtin_cuda_gen.py"
+CASES_FILE = Path(__file__).resolve().parents[1] / "test_builtin_cuda.py"
 
 
 def _load_cases():
@@ -104,7 +104,7 @@ def _inputs(case, seed: int = 0) -> dict:
 @pytest.mark.parametrize("name", list(cases.CASES))
 def test_every_variant_matches_torch(ext, name):
     case = cases.CASES[name]()
-    made = cuda_gen.generate(case.group, case.values)
+    made = cuda.generate(case.group, case.values)
     inputs = _inputs(case)
     kept = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}  # floats pass by value
     expected = case.reference(torch, inputs)

@@ -1,0 +1,191 @@
+"""The built-in backend: a small kernel compiler with search, driving the same tools an LLM
+uses. Each call to `complete` reads the structured part of the last tool results (KernelEnv's
+observations: the build, the EvalResult, the budget; never their text) and returns the next turn:
+
+1. plan: capture the graph, partition it, generate a kernel per group, write the files, compile;
+2. profile the first version (verify, then time it against eager and torch.compile);
+3. search: for each kernel with several launch variants, try each one (model_new.py changes,
+   kernels/ does not) and keep the fastest; every new best is committed by the loop;
+4. write back the best configuration and finish.
+What it cannot generate is reported as unsupported, never replaced by torch ops.
+
+The compiler it drives is kernelsmith.compiler (it imports torch, so it is imported only when a
+session plans); this module is the search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelsmith.backends.base import BackendBase, Reply, ToolCall, ToolSpec, Usage
+
+TURNS_TO_FINISH = 1  # the turn that writes the best configuration back and finishes
+
+
+@dataclass
+class Candidate:
+    configs: list[int]
+    label: str
+    change: tuple[int, int] = (0, 0)  # (kernel, variant) it changes from the best so far
+
+
+@dataclass
+class SearchState:
+    plan: object = None
+    variants: list[list[str]] = field(default_factory=list)
+    best: list[int] = field(default_factory=list)
+    best_speedup: float | None = None
+    verified: bool = False  # whether `best` has verified (the defaults may not)
+    queue: list[tuple[int, int]] = field(default_factory=list)
+    retry: list[tuple[int, int]] = field(default_factory=list)  # failed while no configuration had verified
+    trying: Candidate | None = None
+    phase: str = "plan"
+
+
+class BuiltinBackend(BackendBase):
+    name = "builtin"
+
+    def __init__(self, model: str = "builtin", **_ignored):
+        self.model = model
+        self.workdir: Path | None = None
+        self.device, self.precision = "cpu", "fp32"
+        self.state = SearchState()
+        self.calls = 0
+
+    def bind(self, workdir: Path, device: str, precision: str) -> None:
+        """The workdir the session runs in: the policy reads model.py from it."""
+        self.workdir, self.device, self.precision = Path(workdir), device, precision
+
+    def complete(self, system: str, messages: list[dict], tools: list[ToolSpec], on_text=None) -> Reply:
+        self.calls += 1
+        results = _last_observations(messages)
+        text, calls = getattr(self, f"_{self.state.phase}")(results, _turns_left(results))
+        if on_text and text:
+            on_text(text)
+        tool_calls = [ToolCall(f"b{self.calls}_{i}", name, args) for i, (name, args) in enumerate(calls)]
+        return Reply(text, tool_calls, Usage(), stop_reason="builtin", model=self.model)
+
+    # --- phases: each returns (text, [(tool, arguments), ...]) ------------------------------------
+
+    def _reference(self):
+        """The sealed reference of a workdir (not its model.py view); a plain folder's model.py."""
+        from kernelsmith import workdir as wd
+
+        if not (self.workdir / wd.STATE_DIR / "config.json").is_file():
+            return self.workdir / "model.py"
+        return wd.sealed_reference(self.workdir, wd.WorkdirConfig.load(self.workdir))
+
+    def _plan(self, results, turns_left):
+        from kernelsmith.compiler import pipeline
+
+        built = pipeline.build_plan(self._reference(), self.device, self.precision)
+        if built.unsupported:
+            return self._give_up("This task is outside what the built-in policy generates yet: "
+                                 + "; ".join(built.unsupported))
+        self.state.plan, self.state.variants = built.plan, built.variants
+        self.state.best = [0] * len(built.variants)
+        self.state.phase = "compiled"
+        writes = [("write_file", {"path": f"kernels/{name}", "content": text}) for name, text in built.files.items()]
+        writes.append(("write_file", {"path": "model_new.py", "content": built.model_new(self.state.best)}))
+        clear = ("bash", {"command": "rm -f kernels/example_scale*"})
+        return f"Plan: {built.summary} Writing the kernels and compiling.", [clear, *writes, ("compile", {})]
+
+    def _compiled(self, results, turns_left):
+        build = (results.get("compile") or {}).get("build") or {}
+        if not build.get("ok"):
+            return self._give_up("The generated kernels did not compile (a bug in the built-in policy):\n"
+                                 + str(build.get("summary") or "no build result")[:1500])
+        self.state.phase = "profiled"
+        return "Built. Profiling the first version (verify, then time against eager and torch.compile).", \
+            [("profile", {})]
+
+    def _profiled(self, results, turns_left):
+        result = (results.get("profile") or {}).get("eval") or {}
+        if not result.get("clean"):
+            if self.state.trying is not None:
+                return self._next(False, None, turns_left, f"{self.state.trying.label} failed; skipping it.")
+            why = ("The generated kernels did not verify (a bug in the built-in policy):\n"
+                   + str(result.get("error") or "no evaluation result")[:1500])
+            if not _candidates(self.state.variants):
+                return self._give_up(why)
+            return self._next(False, None, turns_left, why + "\nThe other launch variants may still verify.")
+        return self._next(True, result.get("speedup_vs_eager"), turns_left)
+
+    def _next(self, verified: bool, speedup: float | None, turns_left: int | None, note: str = ""):
+        """Record the candidate just profiled, then try the next variant or finish."""
+        st = self.state
+        if st.trying is None:
+            st.best_speedup, st.verified = speedup, verified
+            st.queue = _candidates(st.variants)
+        elif verified and (not st.verified or _faster(speedup, st.best_speedup)):
+            if not st.verified:  # what failed beside a broken kernel may pass beside this one
+                st.queue, st.retry = st.retry + st.queue, []
+            st.best, st.best_speedup, st.verified = list(st.trying.configs), speedup, True
+            note = f"{st.trying.label}: {_times(speedup)} vs eager, the best so far."
+        elif verified:
+            note = f"{st.trying.label}: {_times(speedup)} vs eager, not faster than {_times(st.best_speedup)}."
+        elif not st.verified:
+            st.retry.append(st.trying.change)
+        st.queue = [(g, v) for g, v in st.queue if st.best[g] != v]
+        if not st.queue or (turns_left is not None and turns_left <= TURNS_TO_FINISH):
+            return self._finish(note)
+        g, v = st.queue.pop(0)  # applied to the best so far, so improvements add up
+        configs = list(st.best)
+        configs[g] = v
+        st.trying = Candidate(configs, f"{st.plan.groups()[g].name} variant {v} ({st.variants[g][v]})", (g, v))
+        return (f"{note} Trying {st.trying.label}.".strip(),
+                [("write_file", {"path": "model_new.py", "content": self._source(st.trying.configs)}),
+                 ("profile", {})])
+
+    def _finish(self, note: str):
+        st = self.state
+        speed = (f"{_times(st.best_speedup)} vs eager" if st.verified else "no variant verified")
+        summary = (f"Built-in policy: {len(st.variants)} generated kernel(s), launch variants {st.best}, "
+                   f"best {speed} (the committed kernel holds the verified numbers).")
+        return (f"{note} Writing back the best configuration and finishing.".strip(),
+                [("write_file", {"path": "model_new.py", "content": self._source(st.best)}),
+                 ("finish", {"summary": summary})])
+
+    def _give_up(self, why: str):
+        self.state.phase = "done"
+        return why, [("finish", {"summary": why.splitlines()[0]})]
+
+    def _done(self, results, turns_left):
+        return "The session is over.", [("finish", {"summary": "nothing more to do"})]
+
+    def _source(self, configs: list[int]) -> str:
+        from kernelsmith.compiler.emit import model_new_source
+
+        return model_new_source(self.state.plan, configs, self.state.variants)
+
+
+def _faster(speedup: float | None, than: float | None) -> bool:
+    return speedup is not None and (than is None or speedup > than)
+
+
+def _times(speedup: float | None) -> str:
+    return f"{speedup:.3f}x" if speedup is not None else "untimed"
+
+
+def _candidates(variants: list[list[str]]) -> list[tuple[int, int]]:
+    """(kernel, variant) pairs other than each kernel's default: a coordinate search."""
+    return [(g, v) for g, names in enumerate(variants) for v in range(1, len(names))]
+
+
+def _last_observations(messages: list[dict]) -> dict[str, dict]:
+    """The structured part of each tool result after the last assistant message, by tool name."""
+    found: dict[str, dict] = {}
+    for message in reversed(messages):
+        if message.get("role") == "assistant":
+            break
+        if message.get("role") == "tool":
+            found.setdefault(message.get("name", ""), message.get("observation") or {})
+    return found
+
+
+def _turns_left(observations: dict[str, dict]) -> int | None:
+    for obs in observations.values():
+        if (obs.get("budget") or {}).get("turns_left") is not None:
+            return int(obs["budget"]["turns_left"])
+    return None

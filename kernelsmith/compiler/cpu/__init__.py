@@ -1,0 +1,37 @@
+"""The CPU target: C++ with OpenMP, one `<group>.cpp` per group, kernel and binding together
+(the CPU build has no nvcc split). Launch variants differ in how the outer loop is shared among
+threads; `config` picks one at run time. Fixed C++ text is in text/.
+"""
+
+from __future__ import annotations
+
+from kernelsmith.compiler.cpu.binding import binding
+from kernelsmith.compiler.cpu.common import SCHEDULES, header
+from kernelsmith.compiler.cpu.elementwise import pointwise
+from kernelsmith.compiler.cpu.gemm import gemm
+from kernelsmith.compiler.cpu.reduce import reduction, scan
+from kernelsmith.compiler.cpu.spatial import cat, conv, pool
+from kernelsmith.compiler.ir import (SCANS, CatGroup, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
+                                     PoolGroup, ReductionGroup, Value)
+
+
+def generate(group: Group, values: dict[str, Value]) -> Generated:
+    """The C++ source of one group (`values`: the same signature as the CUDA target's)."""
+    source = "\n".join([header(), _kernel(group), binding(group)])
+    return Generated({f"{group.name}.cpp": source}, group.name, [name for name, _ in SCHEDULES])
+
+
+def _kernel(group: Group) -> str:
+    if isinstance(group, PointwiseGroup):
+        return pointwise(group)
+    if isinstance(group, ReductionGroup):
+        return scan(group) if group.reduce in SCANS else reduction(group)
+    if isinstance(group, GemmGroup):
+        return gemm(group)
+    if isinstance(group, ConvGroup):
+        return conv(group)
+    if isinstance(group, PoolGroup):
+        return pool(group)
+    if isinstance(group, CatGroup):
+        return cat(group)
+    raise ValueError(f"no CPU generator for {group.kind}")

@@ -1,0 +1,75 @@
+"""C++ building blocks every CPU kernel uses: the kernel's parameters, input loads, and one
+function per schedule with a dispatcher on `config`."""
+
+from __future__ import annotations
+
+from kernelsmith.compiler import text
+from kernelsmith.compiler.cstyle.access import access_for, broadcastable
+from kernelsmith.compiler.ir import Group, ReductionGroup, Value
+
+SCHEDULES = [("omp static", "#pragma omp parallel for schedule(static)"),
+             ("omp dynamic, chunks of 16", "#pragma omp parallel for schedule(dynamic, 16)"),
+             ("one thread", "")]
+
+
+def header() -> str:
+    """The includes and KsStrides every `<group>.cpp` starts with (text/header.h)."""
+    return text.fixed(__package__, "header.h")
+
+
+def params(group: Group) -> str:
+    """Kernel parameters: each input (and its strides when strided), then each output."""
+    parts = [f"const {in_ctype(v)}* __restrict__ in{i}, KsStrides st{i}" for i, v in enumerate(group.inputs)]
+    parts += [f"{ctype(o)}* __restrict__ out{j}" for j, o in enumerate(group.outputs)]
+    return ", ".join(parts)
+
+
+def ctype(value: Value) -> str:
+    return "int64_t" if value.dtype == "int64" else "float"
+
+
+def in_ctype(value: Value) -> str:
+    return "bool" if value.dtype == "bool" else "float"  # a bool input joins float math as 0 or 1
+
+
+def broadcasts(value: Value, shape) -> bool:
+    return broadcastable(value.shape, shape)
+
+
+def loads(group: Group, space: tuple[int, ...], flat: str, names: dict[str, str], only=None) -> list[str]:
+    """Load the inputs that broadcast to `space` at flat index `flat` into named floats."""
+    lines = []
+    for i, value in enumerate(group.inputs):
+        if only is not None and value.name not in only:
+            continue
+        access = access_for(value.shape, value.contiguous, space)
+        cast = "(float)" if value.dtype == "bool" else ""
+        lines.append(f"    const float a{i} = {cast}in{i}[{access.offset_expr(flat, f'st{i}.s')}];")
+        names[value.name] = f"a{i}"
+    return lines
+
+
+def variants(group: Group, loop_for) -> str:
+    """One function per schedule, `loop_for(pragma)` its body, and a dispatcher on config."""
+    name, signature, call_args = group.name, params(group), _call_args(group)
+    out = []
+    for v, (_, pragma) in enumerate(SCHEDULES):
+        out.append(f"static void {name}_v{v}({signature}) {{\n{loop_for(pragma)}\n}}\n")
+    cases = "\n".join(f"    case {v}: {name}_v{v}({call_args}); break;" for v in range(len(SCHEDULES)))
+    out.append(f"static void {name}_run(int config, {signature}) {{\n  switch (config) {{\n{cases}\n"
+               f"    default: {name}_v0({call_args});\n  }}\n}}\n")
+    return "\n".join(out)
+
+
+def _call_args(group: Group) -> str:
+    return ", ".join([f"in{i}, st{i}" for i in range(len(group.inputs))] +
+                     [f"out{j}" for j in range(len(group.outputs))])
+
+
+def row_loop(group: ReductionGroup, lines: list[str]):
+    """A loop_for over the lines (o, i) of a reduction's operand viewed as [outer, size, inner]."""
+    def loop(pragma):
+        inner = group.inner
+        return (f"  {pragma}\n  for (int64_t row = 0; row < {group.outer * inner}LL; ++row) {{\n"
+                f"    const int64_t o = row / {inner}LL, i = row % {inner}LL;\n" + "\n".join(lines) + "\n  }")
+    return loop

@@ -1,0 +1,112 @@
+"""Reductions and scans: one loop over the lines of the operand viewed as [outer, size, inner],
+the reduced range walked in order inside, the pointwise work around it fused in."""
+
+from __future__ import annotations
+
+from kernelsmith.compiler.cpu.common import broadcasts, loads, row_loop, variants
+from kernelsmith.compiler.cstyle import ops
+from kernelsmith.compiler.ir import FULL_SHAPE_REDUCTIONS, ReductionGroup
+
+INIT = {"sum": "0.0f", "mean": "0.0f", "norm2": "0.0f", "amax": "-INFINITY", "amin": "INFINITY",
+        "argmax": "-INFINITY", "argmin": "INFINITY"}
+RESULT = {"sum": "acc", "mean": "acc / {size}.0f", "norm2": "sqrtf(acc)", "amax": "acc", "amin": "acc",
+          "argmax": "best", "argmin": "best", "logsumexp": "(m + logf(s))"}
+
+
+def reduction(group: ReductionGroup) -> str:
+    element = _element(group)
+    first = _row_prologue(group, element)
+    accumulate = _accumulate(group.reduce, first[1])  # the prologue's value, or the loaded input
+    lines = [f"    {line}" for line in _init(group.reduce)]
+    lines += [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in first[0]]
+    lines += [f"      {accumulate}", "    }"]
+    finished, reduced_names = _finish_reduced(group)
+    lines += finished + _second_pass(group, element, reduced_names)
+    return variants(group, row_loop(group, lines))
+
+
+def scan(group: ReductionGroup) -> str:
+    """A prefix sum per line, in order, with the prologue and the epilogue fused: one pass."""
+    element = _element(group)
+    names: dict[str, str] = {}
+    first, x = _row_prologue(group, element, names)
+    names[group.result] = f"v_{group.result}"
+    after = ops.body_lines(group.epilogue, names)
+    stores = [f"    out{j}[{element}] = {names[o.name]};" for j, o in enumerate(group.outputs)]
+    lines = ["    float acc = 0.0f;", f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"]
+    lines += [f"  {ln}" for ln in first + [f"    acc += {x};", f"    const float v_{group.result} = acc;"]
+              + after + stores] + ["    }"]
+    return variants(group, row_loop(group, lines))
+
+
+def _element(group: ReductionGroup) -> str:
+    """The flat index of element r of line (o, i)."""
+    return f"((o * {group.size}LL + r) * {group.inner}LL + i)"
+
+
+def _row_prologue(group: ReductionGroup, element: str, names: dict[str, str] | None = None) -> tuple[list[str], str]:
+    """Loads of the in_shape inputs and the prologue ops at one element; returns (lines, operand expr).
+    `names` receives the C variable of each loaded input and prologue value."""
+    names = {} if names is None else names
+    full = [v.name for v in group.inputs if broadcasts(v, group.in_shape)]
+    lines = loads(group, group.in_shape, element, names, only=full)
+    lines += ops.body_lines(group.prologue, names)
+    return lines, names.get(group.operand, group.operand)
+
+
+def _init(reduce: str) -> list[str]:
+    if reduce in ("logsumexp", "softmax", "log_softmax"):
+        return ["float m = -INFINITY, s = 0.0f;"]
+    lines = [f"float acc = {INIT[reduce]};"]
+    return lines + ["int64_t best = 0;"] if reduce in ("argmax", "argmin") else lines
+
+
+def _accumulate(reduce: str, x: str) -> str:
+    if reduce in ("sum", "mean"):
+        return f"acc += {x};"
+    if reduce == "norm2":
+        return f"acc += {x} * {x};"
+    if reduce in ("amax", "amin"):
+        return f"acc = {'fmaxf' if reduce == 'amax' else 'fminf'}(acc, {x});"
+    if reduce in ("argmax", "argmin"):
+        return f"{{ const float x = {x}; if (x {'>' if reduce == 'argmax' else '<'} acc) {{ acc = x; best = r; }} }}"
+    return (f"{{ const float x = {x}; if (x > m) {{ s = s * expf(m - x) + 1.0f; m = x; }} "
+            f"else {{ s += expf(x - m); }} }}")
+
+
+def _finish_reduced(group: ReductionGroup) -> tuple[list[str], dict[str, str]]:
+    """The reduced value, its epilogue, and the stores of reduced outputs at flat index row;
+    also the C variables of the reduced values, which the second pass reads."""
+    if group.reduce in FULL_SHAPE_REDUCTIONS:
+        return [], {}
+    result = RESULT[group.reduce].format(size=group.size)
+    ctype = "int64_t" if group.reduce in ("argmax", "argmin") else "float"
+    names = {group.result: f"v_{group.result}"}
+    lines = [f"    const {ctype} v_{group.result} = {result};"]
+    used = {a for op in group.epilogue for a in op.tensor_args()}
+    reduced_inputs = [v.name for v in group.inputs if v.name in used and broadcasts(v, group.result_shape)]
+    lines += loads(group, group.result_shape, "row", names, only=reduced_inputs)
+    lines += ops.body_lines(group.epilogue, names)
+    group_reduced = {group.result} | {op.out for op in group.epilogue}
+    lines += [f"    out{j}[row] = {names[o.name]};" for j, o in enumerate(group.outputs) if o.name in group_reduced]
+    return lines, {k: v for k, v in names.items() if k in group_reduced}
+
+
+def _second_pass(group: ReductionGroup, element: str, reduced_names: dict[str, str]) -> list[str]:
+    """Per element again: softmax's normalisation, or the broadcast epilogue, and in_shape stores."""
+    full_outputs = [(j, o) for j, o in enumerate(group.outputs) if o.name not in reduced_names]
+    if not full_outputs:
+        return []
+    names = dict(reduced_names)
+    full = [v.name for v in group.inputs if broadcasts(v, group.in_shape)]
+    lines = loads(group, group.in_shape, element, names, only=full)
+    lines += ops.body_lines(group.prologue, names)
+    if group.reduce in FULL_SHAPE_REDUCTIONS:
+        x = names.get(group.operand, group.operand)
+        value = f"(expf({x} - m) / s)" if group.reduce == "softmax" else f"({x} - m - logf(s))"
+        lines.append(f"    const float v_{group.result} = {value};")
+        names[group.result] = f"v_{group.result}"
+        lines += ops.body_lines(group.epilogue, names)
+    lines += ops.body_lines(group.broadcast_epilogue, names)
+    lines += [f"    out{j}[{element}] = {names[o.name]};" for j, o in full_outputs]
+    return [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in lines] + ["    }"]

@@ -1,0 +1,58 @@
+"""The CUDA target: one kernel (and one binding) per group, a module per kernel family.
+
+Each group becomes `<name>.cu` (CUDA headers only), `<name>_binding.cpp` (a light binding of
+ATen's Tensor: input checks, output allocation, the current stream, REGISTER_KERNEL) and, for a
+GEMM, `<name>_gemm.cu` with the cuBLAS call, or for a convolution, `<name>_conv.cu` with the
+cuDNN call. The launcher `<name>_launch(..., int config, cudaStream_t stream)` picks a launch
+variant at run time: `Generated.variants[config]` describes it. Sizes are baked in as
+constants, since a task's shapes are static; the binding checks them. Fixed C text is in text/.
+
+C names: `p_<value>` pointers, `s_<value>` / `t_<value>` strides of a strided read at the
+kernel's index space / at a reduction's reduced shape, `x_<value>` / `xr_<value>` loaded
+elements, `v_<value>` op results (ops.body_lines). Helpers start with `ks_`.
+"""
+
+from __future__ import annotations
+
+from kernelsmith.compiler.cuda.common import ARG_REDUCTIONS, used
+from kernelsmith.compiler.cuda.conv import conv
+from kernelsmith.compiler.cuda.elementwise import pointwise
+from kernelsmith.compiler.cuda.gemm import gemm
+from kernelsmith.compiler.cuda.reduce import reduction
+from kernelsmith.compiler.cuda.scan import scan
+from kernelsmith.compiler.cuda.spatial import cat, pool
+from kernelsmith.compiler.ir import (SCANS, CatGroup, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
+                                     PoolGroup, ReductionGroup, Value)
+
+
+def generate(group: Group, values: dict[str, Value]) -> Generated:
+    """The CUDA sources of one group; ValueError when something is out of scope."""
+    if not group.inputs:
+        raise ValueError(f"{group.name}: a group without inputs is unsupported")
+    _check_dtypes(group, values)
+    if isinstance(group, PointwiseGroup):
+        return pointwise(group)
+    if isinstance(group, ReductionGroup):
+        return scan(group) if group.reduce in SCANS else reduction(group)
+    if isinstance(group, GemmGroup):
+        return gemm(group, values)
+    if isinstance(group, ConvGroup):
+        return conv(group, values)
+    if isinstance(group, PoolGroup):
+        return pool(group, values)
+    if isinstance(group, CatGroup):
+        return cat(group)
+    raise ValueError(f"{group.name}: {group.kind} groups are unsupported by the CUDA generator")
+
+
+def _check_dtypes(group: Group, values: dict[str, Value]) -> None:
+    """float32 everywhere, except the int64 result of argmax/argmin and bool inputs of pointwise ops."""
+    index_result = group.result if isinstance(group, ReductionGroup) and group.reduce in ARG_REDUCTIONS else None
+    computed = [values[op.out] for op in group.ops()] + [values[r] for r in [getattr(group, "result", None)] if r]
+    bool_inputs = {v.name for v in group.inputs if v.dtype == "bool"} & used(group.ops())
+    for value in [*group.inputs, *group.outputs, *computed]:
+        wanted = "int64" if value.name == index_result else "float32"
+        if value.name in bool_inputs:
+            continue
+        if value.dtype != wanted:
+            raise ValueError(f"{group.name}: {value.name} is {value.dtype}, unsupported (wanted {wanted})")

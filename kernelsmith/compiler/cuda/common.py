@@ -1,0 +1,168 @@
+"""C building blocks every CUDA kernel family uses: launcher parameters, how a kernel reads an
+input, the .cu file around the kernels, and the launcher's `switch (config)`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernelsmith.compiler import text
+from kernelsmith.compiler.cstyle.access import Access, access_for
+from kernelsmith.compiler.ir import Group, ReductionGroup, Value
+
+MAX_BLOCKS = 1 << 20  # grid-stride loops cover the rest
+INT_MAX = 2**31 - 1
+ARG_REDUCTIONS = ("argmax", "argmin")
+HELPERS = ("ks_blocks", "ks_aligned")  # pasted into a .cu that calls them, in this order
+
+
+def template(name: str):
+    return text.template(__package__, name)
+
+
+def fixed(name: str) -> str:
+    return text.fixed(__package__, name)
+
+
+@dataclass
+class Param:
+    """An argument of the launcher and of its kernels: C type, C name, the binding's expression."""
+
+    ctype: str
+    name: str
+    arg: str
+
+    def declare(self, restrict: bool = False) -> str:
+        qualifier = " __restrict__" if restrict and self.ctype.endswith("*") else ""
+        return f"{self.ctype}{qualifier} {self.name}"
+
+
+@dataclass
+class Read:
+    """An input as a kernel reads it in one index space (access.py): pointer, mode, strides."""
+
+    value: Value
+    access: Access
+    var: str  # the C variable holding one loaded element
+    pointer: str
+    strides: str = ""  # its KsStrides parameter (strided reads only)
+    cached: bool = True  # read-only while the kernel runs: loaded through __ldg
+
+    @property
+    def is_bool(self) -> bool:
+        return self.value.dtype == "bool"
+
+    def load(self, flat: str) -> str:
+        if self.value.scalar:
+            return self.pointer  # a float argument of the kernel, not a pointer
+        element = f"{self.pointer}[{self.access.offset_expr(flat, self.strides + '.s')}]"
+        loaded = f"__ldg(&{element})" if self.cached else element
+        return f"(float){loaded}" if self.is_bool else loaded  # a bool joins float math as 0 or 1
+
+
+def read(value: Value, space: tuple[int, ...], var_prefix: str = "x_", strides_prefix: str = "s_") -> Read:
+    access = access_for(value.shape, value.contiguous, space)
+    strides = f"{strides_prefix}{value.name}" if access.mode == "strided" else ""
+    return Read(value, access, f"{var_prefix}{value.name}", f"p_{value.name}", strides)
+
+
+def ctype(value: Value) -> str:
+    return "int64_t" if value.dtype == "int64" else "float"
+
+
+def braced(shape) -> str:
+    return "{" + ", ".join(str(int(s)) for s in shape) + "}"
+
+
+def input_params(group: Group) -> list[Param]:
+    return [_input_param(v) for v in group.inputs]
+
+
+def _input_param(v: Value) -> Param:
+    if v.scalar:
+        return Param("float", f"p_{v.name}", f"(float)in_{v.name}")
+    if v.dtype == "bool":
+        return Param("const unsigned char*", f"p_{v.name}", f"(const unsigned char*)in_{v.name}.data_ptr<bool>()")
+    return Param("const float*", f"p_{v.name}", f"in_{v.name}.data_ptr<float>()")
+
+
+def stride_params(reads: list[Read]) -> list[Param]:
+    return [Param("KsStrides", r.strides, f"ks_strides(in_{r.value.name}, {braced(r.access.shape)})")
+            for r in reads if r.strides]
+
+
+def output_params(group: Group) -> list[Param]:
+    return [Param(f"{ctype(v)}*", f"p_{v.name}", f"out_{v.name}.data_ptr<{ctype(v)}>()") for v in group.outputs]
+
+
+def signature(params: list[Param], restrict: bool = False) -> str:
+    return ", ".join(p.declare(restrict) for p in params)
+
+
+def call(params: list[Param]) -> str:
+    return ", ".join(p.name for p in params)
+
+
+def used(op_list) -> set[str]:
+    return {a for op in op_list for a in op.tensor_args()}
+
+
+def indent(lines: list[str], spaces: int = 2) -> list[str]:
+    return [" " * spaces + line for line in lines]
+
+
+def dense(reads: list[Read]) -> set[str]:
+    return {r.value.name for r in reads if r.access.mode == "dense"}
+
+
+def require_outputs(group: Group, names: dict[str, str], numel: int) -> None:
+    for out in group.outputs:
+        if out.name not in names:
+            raise ValueError(f"{group.name}: output {out.name} is not computed by the group (unsupported)")
+        if out.numel != numel:
+            raise ValueError(f"{group.name}: output {out.name} has {out.numel} elements, not {numel} (unsupported)")
+
+
+# --- the .cu file and its launcher ---------------------------------------------------------
+
+def cu_file(group: Group, what: str, kernels: list[str], launcher: str) -> str:
+    """A .cu: header, the helpers the code calls, the kernels (file-local), the launcher."""
+    code = "\n".join(kernels) + "\n}  // namespace\n\n" + launcher
+    helpers = [_helper(name) for name in HELPERS if f"{name}(" in code]
+    return template("file_head.cuh").substitute(what=what, name=group.name) + "\n".join(helpers + [code])
+
+
+def _helper(name: str) -> str:
+    return template(f"{name}.cuh").substitute(max_blocks=MAX_BLOCKS)
+
+
+def launcher(name: str, params: list[Param], variants: int, body: list[str]) -> str:
+    return (f'extern "C" int {name}_launch({signature(params)}, int config, cudaStream_t stream) {{\n'
+            f"  if (config < 0 || config >= {variants}) config = 0;\n"
+            + "\n".join(body) + "\n  return (int)cudaGetLastError();\n}\n")
+
+
+def table(c_type: str, name: str, items) -> str:
+    return f"  static const {c_type} {name}[] = {{{', '.join(str(i) for i in items)}}};"
+
+
+def switch(cases: list[list[str]]) -> list[str]:
+    """`switch (config)`: case i runs the statements cases[i]; case 0 is also the default."""
+    lines = ["  switch (config) {"]
+    for index, statements in enumerate(cases):
+        label = "default" if index == 0 else f"case {index}"
+        if len(statements) == 1:
+            lines.append(f"    {label}: {statements[0]} break;")
+        else:
+            lines += [f"    {label}:"] + [f"      {s}" for s in statements] + ["      break;"]
+    return lines + ["  }"]
+
+
+def slot_launch(kernel: str, params: list[Param], team: int, slots: int) -> str:
+    """One launch of a kernel that gives each of kSlots lines a team: `slots` lines of `team` threads a block."""
+    return f"{kernel}<<<ks_blocks(kSlots, {slots}), {team * slots}, 0, stream>>>({call(params)});"
+
+
+def line_constants(group: ReductionGroup) -> str:
+    """The operand viewed as [outer, size, inner]: kSlots = outer * inner lines of kSize elements."""
+    return (f"constexpr int64_t kSlots = {group.outer * group.inner}LL, kSize = {group.size}LL, "
+            f"kInner = {group.inner}LL;\n")

@@ -1,0 +1,106 @@
+"""Convolutions through cuDNN (`<name>_conv.cu`, text/conv_cudnn.cuh, the only file that includes
+cudnn.h), then the pointwise epilogue in one elementwise pass over cuDNN's result, in place.
+The launch variants are the first algorithms of cuDNN's heuristic that run in FMA math."""
+
+from __future__ import annotations
+
+from math import prod
+
+from kernelsmith.compiler.cstyle import ops
+from kernelsmith.compiler.cuda.binding import generated
+from kernelsmith.compiler.cuda.common import (INT_MAX, Param, Read, braced, cu_file, dense, input_params, launcher,
+                                              output_params, read, stride_params, template, used)
+from kernelsmith.compiler.cuda.elementwise import Elementwise, in_place_epilogue
+from kernelsmith.compiler.ir import ConvGroup, Generated, Value
+
+VARIANTS = 4  # the first algorithms of cuDNN's heuristic that run in true fp32 here
+EPILOGUE_THREADS = 256
+
+FORWARD = {
+    "algo_type": "cudnnConvolutionFwdAlgo_t", "perf_type": "cudnnConvolutionFwdAlgoPerf_t",
+    "heuristic": "cudnnGetConvolutionForwardAlgorithm_v7(handle, c.x, c.w, c.conv, c.y, 16, &returned, found)",
+    "workspace_query": "cudnnGetConvolutionForwardWorkspaceSize(handle, c.x, c.w, c.conv, c.y, found[i].algo, &bytes)",
+    "call": "cudnnConvolutionForward(handle, &alpha, c->x, x, c->w, w, c->conv, c->algos[pick], workspace, bytes, "
+            "&beta, c->y, y)",
+}
+# ConvTranspose is the backward-data pass of the convolution that maps y back to x: x is cuDNN's
+# dy, the output is its dx, and PyTorch's [c_in, c_out / groups, ...] weight is that filter as is.
+TRANSPOSED = {
+    "algo_type": "cudnnConvolutionBwdDataAlgo_t", "perf_type": "cudnnConvolutionBwdDataAlgoPerf_t",
+    "heuristic": "cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, c.w, c.x, c.conv, c.y, 16, &returned, found)",
+    "workspace_query": "cudnnGetConvolutionBackwardDataWorkspaceSize(handle, c.w, c.x, c.conv, c.y, found[i].algo, "
+                       "&bytes)",
+    "call": "cudnnConvolutionBackwardData(handle, &alpha, c->w, w, c->x, x, c->conv, c->algos[pick], workspace, "
+            "bytes, &beta, c->y, y)",
+}
+
+
+def conv(group: ConvGroup, values: dict[str, Value]) -> Generated:
+    _check(group, values)
+    reads = [read(values[v.name], group.out_shape) for v in group.inputs
+             if v.name in used(group.epilogue) and v.name not in (group.x, group.w)]
+    params = input_params(group) + stride_params(reads) + output_params(group) + \
+        [Param("void*", "p_workspace", "workspace.data_ptr()"), Param("size_t", "workspace_bytes", "workspace_bytes")]
+    epilogue = _epilogue(group, reads, params)
+    kernels = [epilogue.source()] if epilogue else []
+    launch = [f"  const int status = {group.name}_conv(p_{group.x}, p_{group.w}, p_{group.outputs[0].name}, "
+              "p_workspace, workspace_bytes, config, stream);", "  if (status != 0) return status;"]
+    launch += epilogue.launch(str(EPILOGUE_THREADS), "true") if epilogue else []
+    body = (f'extern "C" int {group.name}_conv(const float* x, const float* w, float* y, void* workspace, '
+            f"size_t bytes, int config, cudaStream_t stream);  // in {group.name}_conv.cu\n\n"
+            + launcher(group.name, params, VARIANTS, launch))
+    what = _describe(group)
+    files = {f"{group.name}.cu": cu_file(group, f"{what}, its epilogue", kernels, body),
+             f"{group.name}_conv.cu": _cudnn(group, what)}
+    variants = [f"cuDNN algorithm #{i + 1} of its heuristic (fp32 FMA math), epilogue {EPILOGUE_THREADS} "
+                "threads/block" for i in range(VARIANTS)]
+    return generated(group, files, params, {group.x, group.w} | dense(reads), variants, workspace=True)
+
+
+def _check(group: ConvGroup, values: dict[str, Value]) -> None:
+    for name in (group.x, group.w):
+        if not values[name].contiguous:
+            raise ValueError(f"{group.name}: a non-contiguous convolution operand is unsupported")
+    largest = max(prod(group.in_shape), prod(group.out_shape), prod(group.w_shape))
+    if largest > INT_MAX:  # cuDNN's legacy descriptors take int strides
+        raise ValueError(f"{group.name}: a convolution tensor of {largest} elements (over 2^31) is unsupported")
+
+
+def _epilogue(group: ConvGroup, reads: list[Read], params: list[Param]) -> Elementwise | None:
+    """The epilogue per element of cuDNN's result, or None when there is nothing to do after it."""
+    if not group.epilogue and [o.name for o in group.outputs] == [group.result]:
+        return None
+    names = {r.value.name: r.var for r in reads}
+    names[group.result] = f"v_{group.result}"
+    body = ops.body_lines(group.epilogue, names, "")
+    return in_place_epilogue(group, reads, params, names[group.result], names, body,
+                             group.outputs[0].name == group.result)
+
+
+def _describe(group: ConvGroup) -> str:
+    kind = f"{'transposed ' if group.transposed else ''}{group.spatial}-d convolution"
+    return (f"{kind} of x {list(group.in_shape)} with w {list(group.w_shape)} -> {list(group.out_shape)}, stride "
+            f"{list(group.stride)}, padding {list(group.padding)}, dilation {list(group.dilation)}, groups {group.groups}")
+
+
+def _cudnn(group: ConvGroup, what: str) -> str:
+    """cuDNN wants at least 2 spatial dims: a 1-d convolution is a 2-d one over a height of 1."""
+    lift = group.spatial == 1
+
+    def spatial(values, fill):
+        return ([fill] if lift else []) + [int(v) for v in values]
+    x_dims = list(group.in_shape[:2]) + spatial(group.in_shape[2:], 1)
+    y_dims = list(group.out_shape[:2]) + spatial(group.out_shape[2:], 1)
+    w_dims = list(group.w_shape[:2]) + spatial(group.w_shape[2:], 1)
+    table = FORWARD if not group.transposed else TRANSPOSED
+    return template("conv_cudnn.cuh").substitute(
+        name=group.name, what=what, what_short="convolution(x, w)" if not group.transposed else "conv_transpose(x, w)",
+        variants=VARIANTS, rank=len(x_dims), spatial=len(x_dims) - 2, groups=group.groups,
+        x_dims=braced(x_dims), y_dims=braced(y_dims), w_dims=braced(w_dims),
+        x_strides=braced(_contiguous_strides(x_dims)), y_strides=braced(_contiguous_strides(y_dims)),
+        pads=braced(spatial(group.padding, 0)), strides=braced(spatial(group.stride, 1)),
+        dilations=braced(spatial(group.dilation, 1)), **table)
+
+
+def _contiguous_strides(dims: list[int]) -> list[int]:
+    return [prod(dims[d + 1:]) for d in range(len(dims))]

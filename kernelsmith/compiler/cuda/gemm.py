@@ -1,0 +1,141 @@
+"""GEMMs: cuBLAS SGEMM in true fp32 (`<name>_gemm.cu`, text/gemm_cublas.cuh), then the bias and
+the pointwise epilogue in one elementwise kernel over the product, in place. With the bias
+through cuBLAS's beta, a kernel first fills the product buffer with the bias rows."""
+
+from __future__ import annotations
+
+from math import prod
+
+from kernelsmith.compiler.cstyle import ops
+from kernelsmith.compiler.cuda.binding import generated
+from kernelsmith.compiler.cuda.common import (INT_MAX, Param, Read, call, cu_file, dense, input_params, launcher,
+                                              output_params, read, signature, stride_params, table, template, used)
+from kernelsmith.compiler.cuda.elementwise import Elementwise, in_place_epilogue
+from kernelsmith.compiler.ir import GemmGroup, Generated, Value
+
+EPILOGUE_THREADS = (256, 512, 128)
+
+
+def gemm(group: GemmGroup, values: dict[str, Value]) -> Generated:
+    _check(group, values)
+    bias = group.bias if group.bias is not None and group.beta != 0.0 else None
+    reads = _reads(group, values, bias)
+    params = input_params(group) + stride_params(reads) + output_params(group)
+    epilogue = _epilogue(group, reads, params, bias)
+    variants = _variants(group, bias)
+    kernels = ([epilogue.source()] if bias or _needs_epilogue(group) else []) + \
+        ([_bias_rows_kernel(group, params, reads[0])] if bias else [])
+    launch = (f'extern "C" int {group.name}_gemm(const float* a, const float* b, float* c, float beta, '
+              f"cudaStream_t stream);  // in {group.name}_gemm.cu\n\n"
+              + launcher(group.name, params, len(variants), _launch(group, params, epilogue, variants, bias)))
+    what = f"GEMM group {group.name} ({group.batch} x [{group.m}, {group.k}] @ [{group.k}, {group.n}]), its epilogue"
+    files = {f"{group.name}.cu": cu_file(group, what, kernels, launch),
+             f"{group.name}_gemm.cu": _cublas(group, values)}
+    return generated(group, files, params, {group.a, group.b} | dense(reads), [_describe(v) for v in variants])
+
+
+def _epilogue(group: GemmGroup, reads: list[Read], params: list[Param], bias: str | None) -> Elementwise:
+    """Bias and epilogue ops per element of the product cuBLAS wrote into the first output."""
+    names = {r.value.name: r.var for r in reads}
+    body = _result(group, names, bias) + ops.body_lines(group.epilogue, names, "")
+    return in_place_epilogue(group, reads, params, "gemm_product", names, body, _product_kept(group, bias),
+                             "bool ADD_BIAS" if bias else "")
+
+
+def _check(group: GemmGroup, values: dict[str, Value]) -> None:
+    if min(group.m, group.n, group.k, group.batch) <= 0 or max(group.m, group.n, group.k) > INT_MAX:
+        raise ValueError(f"{group.name}: GEMM sizes m={group.m} n={group.n} k={group.k} are unsupported")
+    a, b = values[group.a], values[group.b]
+    b_tail = (group.n, group.k) if group.trans_b else (group.k, group.n)
+    if tuple(a.shape[-2:]) != (group.m, group.k) or tuple(b.shape[-2:]) != b_tail:
+        raise ValueError(f"{group.name}: operand shapes {list(a.shape)} and {list(b.shape)} (trans_b={group.trans_b}) "
+                         "are unsupported")
+    if a.numel not in (group.m * group.k, group.batch * group.m * group.k) or \
+            b.numel not in (group.n * group.k, group.batch * group.n * group.k):
+        raise ValueError(f"{group.name}: batched operands of shapes {list(a.shape)}, {list(b.shape)} are unsupported")
+    if not (a.contiguous and b.contiguous):
+        raise ValueError(f"{group.name}: non-contiguous GEMM operands are unsupported")
+
+
+def _reads(group: GemmGroup, values: dict[str, Value], bias: str | None) -> list[Read]:
+    """The bias first (when added), then the inputs the epilogue ops read, at out_shape."""
+    wanted = ([bias] if bias else []) + [v.name for v in group.inputs if v.name in used(group.epilogue)]
+    return [read(values[name], group.out_shape) for name in dict.fromkeys(wanted)]
+
+
+def _result(group: GemmGroup, names: dict[str, str], bias: str | None) -> list[str]:
+    """The GEMM's result value from the product (alpha already applied by cuBLAS)."""
+    value = "gemm_product"
+    if bias:
+        value = f"(ADD_BIAS ? gemm_product + {ops.literal(group.beta)} * {names[bias]} : gemm_product)"
+    names[group.result] = f"v_{group.result}"
+    return [f"const float v_{group.result} = {value};"]
+
+
+def _variants(group: GemmGroup, bias: str | None) -> list[tuple[bool, int]]:
+    """(bias added through cuBLAS's beta, epilogue block size)."""
+    if not bias and not _needs_epilogue(group):
+        return [(False, EPILOGUE_THREADS[0])]
+    modes = (False, True) if bias else (False,)
+    return [(by_beta, threads) for by_beta in modes for threads in EPILOGUE_THREADS]
+
+
+def _product_kept(group: GemmGroup, bias: str | None) -> bool:
+    """Whether the first output is the plain product, which cuBLAS already wrote in place."""
+    return group.outputs[0].name == group.result and not bias
+
+
+def _needs_epilogue(group: GemmGroup) -> bool:
+    """Whether a kernel must run after cuBLAS even when the bias went through beta."""
+    return bool(group.epilogue) or [o.name for o in group.outputs] != [group.result]
+
+
+def _describe(variant: tuple[bool, int]) -> str:
+    by_beta, threads = variant
+    return f"cuBLAS sgemm, bias {'through beta' if by_beta else 'in the epilogue'}, epilogue {threads} threads/block"
+
+
+def _bias_rows_kernel(group: GemmGroup, params: list[Param], bias: Read) -> str:
+    """Fills the product buffer with the bias rows, for cuBLAS to add with beta."""
+    out = f"p_{group.outputs[0].name}"
+    return (f"__global__ void __launch_bounds__(512) {group.name}_bias_rows({signature(params, True)}) {{\n"
+            "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+            "  for (int64_t flat = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; "
+            f"flat < {prod(group.out_shape)}LL; flat += step) {{\n"
+            f"    {out}[flat] = {bias.load('flat')};\n  }}\n}}\n")
+
+
+def _launch(group: GemmGroup, params: list[Param], epilogue: Elementwise, variants, bias) -> list[str]:
+    """cuBLAS, then the epilogue kernel; with the bias through beta, the bias rows first."""
+    out, args, numel = f"p_{group.outputs[0].name}", call(params), f"{prod(group.out_shape)}LL"
+    run_epilogue = _needs_epilogue(group)
+    lines = []
+    if bias or run_epilogue:
+        lines += [table("int", "kThreads", [t for _, t in variants]), "  const int threads = kThreads[config];"]
+    if bias:
+        lines += [table("bool", "kBiasByBeta", ["true" if b else "false" for b, _ in variants]),
+                  "  const bool by_beta = kBiasByBeta[config];",
+                  f"  if (by_beta) {group.name}_bias_rows<<<ks_blocks({numel}, threads), threads, 0, stream>>>"
+                  f"({args});"]
+    beta = f"by_beta ? {ops.literal(group.beta)} : 0.0f" if bias else "0.0f"
+    lines += [f"  const int status = {group.name}_gemm(p_{group.a}, p_{group.b}, {out}, {beta}, stream);",
+              "  if (status != 0) return status;"]
+    if not bias:
+        return lines + (epilogue.launch("threads", "true") if run_epilogue else [])
+    lines += ["  if (!by_beta)"] + epilogue.launch("threads", "true", "true")
+    return lines + (["  else"] + epilogue.launch("threads", "true", "false") if run_epilogue else [])
+
+
+def _cublas(group: GemmGroup, values: dict[str, Value]) -> str:
+    """`<name>_gemm.cu`: row-major C = A @ op(B) as cuBLAS's column-major C^T = op(B)^T A^T."""
+    m, n, k = group.m, group.n, group.k
+    op_b, ldb = ("CUBLAS_OP_T", k) if group.trans_b else ("CUBLAS_OP_N", n)
+    common = f"handle, {op_b}, CUBLAS_OP_N, {n}, {m}, {k}, &alpha, b, {ldb}"
+    if group.batch == 1:
+        cublas_call = f"status = cublasSgemm({common}, a, {k}, &beta, c, {n});"
+    else:
+        stride_a = m * k if values[group.a].numel > m * k else 0
+        stride_b = n * k if values[group.b].numel > n * k else 0
+        cublas_call = (f"status = cublasSgemmStridedBatched({common}, {stride_b}LL, a, {k}, {stride_a}LL, &beta, c, "
+                       f"{n}, {m * n}LL, {group.batch});")
+    return template("gemm_cublas.cuh").substitute(name=group.name, alpha=ops.literal(group.alpha), call=cublas_call)

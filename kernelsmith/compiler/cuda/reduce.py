@@ -1,0 +1,264 @@
+"""Reduction kernels: a team of threads per reduced value (warp shuffles and shared memory), the
+pointwise work around the reduction fused in, and few long rows split across blocks.
+
+The operand is viewed as [outer, size, inner] and `size` is reduced. Each reduction is an
+accumulator struct `Acc` (text/acc_*.cuh) that the team combines (text/team_reduce.cuh).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernelsmith.compiler.cstyle import ops
+from kernelsmith.compiler.cuda.binding import generated
+from kernelsmith.compiler.cuda.common import (ARG_REDUCTIONS, Param, Read, call, cu_file, dense, fixed, indent,
+                                              input_params, launcher, line_constants, output_params, read,
+                                              signature, slot_launch, stride_params, switch, template, used)
+from kernelsmith.compiler.ir import FULL_SHAPE_REDUCTIONS, SCANS, Generated, Group, ReductionGroup
+
+ACCUMULATORS = {
+    "sum": template("acc_sum.cuh").substitute(term="x"), "mean": template("acc_sum.cuh").substitute(term="x"),
+    "norm2": template("acc_sum.cuh").substitute(term="x * x"),
+    "amax": template("acc_extremum.cuh").substitute(init="-INFINITY", cmp=">"),
+    "amin": template("acc_extremum.cuh").substitute(init="INFINITY", cmp="<"),
+    "argmax": template("acc_arg.cuh").substitute(cmp=">"), "argmin": template("acc_arg.cuh").substitute(cmp="<"),
+    "logsumexp": fixed("acc_logsumexp.cuh"), "softmax": fixed("acc_logsumexp.cuh"),
+    "log_softmax": fixed("acc_logsumexp.cuh"),
+}
+
+# the reduced value from the team's accumulator (non-full reductions)
+FINAL = {"sum": "acc.a", "mean": "(acc.a / {size})", "norm2": "sqrtf(acc.a)", "amax": "acc.a", "amin": "acc.a",
+         "argmax": "acc.k", "argmin": "acc.k", "logsumexp": "(acc.m + logf(acc.s))"}
+# the full-shape result at one element x
+ELEMENT = {"softmax": "(expf({x} - acc.m) / acc.s)", "log_softmax": "({x} - acc.m - ks_log_sum)"}
+
+
+@dataclass(frozen=True)
+class Split:
+    """A launch variant for few long rows: TEAM threads per chunk, in two kernels (text/split_kernels.cuh)."""
+
+    team: int
+
+
+SPLIT_VARIANTS = [Split(256), Split(512)]
+SPLIT_MAX_LINES = 64  # rows of at most this many ...
+SPLIT_MIN_SIZE = 65536  # ... and at least this long are split
+SPLIT_BLOCKS = 2048  # blocks per pass: many per SM, so loads overlap
+SPLIT_MIN_CHUNK = 4096
+
+# (TEAM, SLOTS, ROWS): threads per reduced value, reduced values per block, team layout
+ROW_VARIANTS = [(256, 1, True), (128, 1, True), (512, 1, True), (32, 8, True), (1, 256, False)]
+COLUMN_VARIANTS = [(1, 256, False), (1, 128, False), (8, 32, False), (4, 64, False), (16, 16, False)]
+
+
+@dataclass
+class ReductionParts:
+    """Which values a reduction group reads and writes in each phase."""
+
+    group: ReductionGroup
+    reads_in: list[Read]  # inputs read at in_shape
+    reads_red: list[Read]  # inputs read at the reduced shape (non-full epilogue)
+    first: set[str]  # outputs written in the accumulating pass (prologue values)
+    reduced: set[str]  # outputs written once per (o, i)
+    second: set[str]  # outputs written in the second pass (broadcast epilogue, softmax)
+
+    @property
+    def full(self) -> bool:
+        return self.group.reduce in FULL_SHAPE_REDUCTIONS
+
+
+def reduction(group: ReductionGroup) -> Generated:
+    parts = reduction_parts(group)
+    params = (input_params(group) + stride_params(parts.reads_in) + stride_params(parts.reads_red)
+              + output_params(group))
+    variants = _variants(group)
+    kernel = template("reduce_kernel.cuh").substitute(
+        name=group.name, params=signature(params, True), outer=group.outer, size=group.size, inner=group.inner,
+        body="\n".join(indent(_body(parts), 4)))
+    kernels = [line_constants(group), ACCUMULATORS[group.reduce], fixed("team_reduce.cuh"), kernel]
+    if any(isinstance(v, Split) for v in variants):
+        kernels.append(_split_kernels(parts, params))
+    launch = _launch(group.name, params, variants)
+    source = cu_file(group, f"{group.reduce} of {list(group.in_shape)} over dims {list(group.dims)}", kernels,
+                     launcher(group.name, params, len(variants), launch))
+    return generated(group, {f"{group.name}.cu": source}, params, dense(parts.reads_in) | dense(parts.reads_red),
+                     [_describe(v) for v in variants])
+
+
+def reduction_parts(group: ReductionGroup) -> ReductionParts:
+    _check(group)
+    full = group.reduce in FULL_SHAPE_REDUCTIONS
+    at_in = used(group.prologue + group.broadcast_epilogue + (group.epilogue if full else [])) | {group.operand}
+    at_reduced = set() if full else used(group.epilogue)
+    reads_in = [read(v, group.in_shape) for v in group.inputs if v.name in at_in]
+    reads_red = [read(v, group.result_shape, "xr_", "t_") for v in group.inputs if v.name in at_reduced]
+    tail = {group.result} | {op.out for op in group.epilogue}
+    parts = ReductionParts(group, reads_in, reads_red, first={op.out for op in group.prologue},
+                           reduced=set() if full else tail,
+                           second={op.out for op in group.broadcast_epilogue} | (tail if full else set()))
+    for out in group.outputs:
+        if out.name not in parts.first | parts.reduced | parts.second:
+            raise ValueError(f"{group.name}: output {out.name} is not computed by the group (unsupported)")
+    return parts
+
+
+def _check(group: ReductionGroup) -> None:
+    if group.reduce not in ACCUMULATORS and group.reduce not in SCANS:
+        raise ValueError(f"{group.name}: reduction {group.reduce} is unsupported")
+    if group.size == 0:
+        raise ValueError(f"{group.name}: a reduction over an empty range is unsupported")
+    if group.reduce in ARG_REDUCTIONS and (group.epilogue or group.broadcast_epilogue):
+        raise ValueError(f"{group.name}: ops after {group.reduce} are unsupported")
+
+
+def _body(parts: ReductionParts) -> list[str]:
+    """Accumulate over the team's share of the range, combine the team, then the reduced
+    values, their epilogue and stores, and the second pass when one is needed."""
+    finish, reduced_names = _finish(parts)
+    return (["Acc acc;", "acc.init();", "if (active) {"] + indent(_first_pass(parts)) + ["}",
+            "acc = ks_team_reduce<TEAM, SLOTS, ROWS>(acc, lane, slot);", "if (active) {"]
+            + indent(finish + _second_pass(parts, reduced_names)) + ["}"])
+
+
+def _loop(body: list[str], ranged: bool = False) -> list[str]:
+    """A loop over this lane's share of the reduced range (ranged: of [begin, end), a split
+    variant's chunk), with `flat` the element's index."""
+    head = ("for (int64_t r = begin + lane; r < end; r += TEAM) {" if ranged
+            else "for (int64_t r = lane; r < kSize; r += TEAM) {")
+    return [head, "  const int64_t flat = (o * kSize + r) * kInner + i;"] + indent(body) + ["}"]
+
+
+def loads(reads: list[Read], flat: str, names: dict[str, str], needed: set[str]) -> list[str]:
+    """`const float x_<value> = ...;` for each read in `needed`, at `flat`; `names` learns their variables."""
+    lines = []
+    for r in reads:
+        if r.value.name in needed:
+            lines.append(f"const float {r.var} = {r.load(flat)};")
+            names[r.value.name] = r.var
+    return lines
+
+
+def stores(group: Group, names: dict[str, str], flat: str, which: set[str]) -> list[str]:
+    return [f"p_{v.name}[{flat}] = {names[v.name]};" for v in group.outputs if v.name in which]
+
+
+def _first_pass(parts: ReductionParts, ranged: bool = False) -> list[str]:
+    group, names = parts.group, {}
+    body = loads(parts.reads_in, "flat", names, used(group.prologue) | {group.operand})
+    body += ops.body_lines(group.prologue, names, "")
+    body.append(f"acc.add({names[group.operand]}, r);")
+    return _loop(body + stores(group, names, "flat", parts.first), ranged)
+
+
+def _finish(parts: ReductionParts, writer: str = "lane == 0") -> tuple[list[str], dict[str, str]]:
+    """The reduced value(s) of this (o, i), written by the thread where `writer` holds; also
+    the C variables of the reduced values, which the second pass reads."""
+    group = parts.group
+    if parts.full:
+        return (["const float ks_log_sum = logf(acc.s);"] if group.reduce == "log_softmax" else []), {}
+    c_type = "int64_t" if group.reduce in ARG_REDUCTIONS else "float"
+    names = {group.result: f"v_{group.result}"}
+    final = FINAL[group.reduce].format(size=ops.literal(float(group.size)))
+    lines = [f"const {c_type} v_{group.result} = {final};"]
+    lines += loads(parts.reads_red, "red", names, used(group.epilogue))
+    lines += ops.body_lines(group.epilogue, names, "")
+    written = stores(group, names, "red", parts.reduced)
+    lines += [f"if ({writer}) {{"] + indent(written) + ["}"] if written else []
+    return lines, {k: v for k, v in names.items() if k in parts.reduced}
+
+
+def _second_pass(parts: ReductionParts, reduced_names: dict[str, str], ranged: bool = False) -> list[str]:
+    """Per element again: softmax's normalisation, the broadcast epilogue, in_shape stores;
+    the prologue is recomputed as far as these need it."""
+    group = parts.group
+    stored = [out.name for out in group.outputs if out.name in parts.second]
+    if not stored:
+        return []
+    after = (group.epilogue if parts.full else []) + group.broadcast_epilogue
+    operand = {group.operand} if parts.full else set()
+    prologue = _needed(group.prologue, used(after) | set(stored) | operand)
+    names = dict(reduced_names)
+    body = loads(parts.reads_in, "flat", names, used(prologue + after) | operand)
+    body += ops.body_lines(prologue, names, "")
+    if parts.full:
+        body.append(f"const float v_{group.result} = {ELEMENT[group.reduce].format(x=names[group.operand])};")
+        names[group.result] = f"v_{group.result}"
+        body += ops.body_lines(group.epilogue, names, "")
+    body += ops.body_lines(group.broadcast_epilogue, names, "")
+    return _loop(body + stores(group, names, "flat", parts.second), ranged)
+
+
+def _needed(op_list, wanted: set[str]) -> list:
+    """The ops that compute `wanted` (and what those read), in their order."""
+    wanted, kept = set(wanted), []
+    for op in reversed(op_list):
+        if op.out in wanted:
+            kept.append(op)
+            wanted |= set(op.tensor_args())
+    return kept[::-1]
+
+
+# --- few long rows, split across blocks ----------------------------------------------------
+
+def _split_kernels(parts: ReductionParts, params: list[Param]) -> str:
+    """text/split_kernels.cuh for this group: pass 1 folds chunks, pass 2 merges, finishes, second pass."""
+    group = parts.group
+    chunks = _split_chunks(group)
+    chunk = -(-group.size // chunks)
+    finish, reduced_names = _finish(parts, writer="lane == 0 && chunk == 0")
+    second = _second_pass(parts, reduced_names, ranged=True)
+    return template("split_kernels.cuh").substitute(
+        name=group.name, params=signature(params, True), outer=group.outer, size=group.size, inner=group.inner,
+        chunks=chunks, chunk=chunk, finish_chunks=chunks if second else 1,
+        first="\n".join(indent(_first_pass(parts, ranged=True))), finish="\n".join(indent(finish + second)))
+
+
+def _split_chunks(group: ReductionGroup) -> int:
+    """Chunks per line: about SPLIT_BLOCKS blocks in all, none shorter than SPLIT_MIN_CHUNK."""
+    lines = group.outer * group.inner
+    return max(1, min(-(-SPLIT_BLOCKS // lines), group.size // SPLIT_MIN_CHUNK))
+
+
+def _splits(group: ReductionGroup) -> bool:
+    """Few long rows: one block per row would leave most of the GPU idle."""
+    return group.inner == 1 and 1 <= group.outer <= SPLIT_MAX_LINES and group.size >= SPLIT_MIN_SIZE
+
+
+# --- launch variants -----------------------------------------------------------------------
+
+def _variants(group: ReductionGroup) -> list:
+    """Rows (inner == 1) or columns; the likely best first (warp per row for short rows,
+    several threads per column when there are few columns). Few long rows are split across
+    blocks, with one whole-row variant kept as the fallback."""
+    if _splits(group):
+        return SPLIT_VARIANTS + [ROW_VARIANTS[2]]
+    if group.inner == 1:
+        warp_first = group.size <= 1024
+        return [ROW_VARIANTS[3]] + ROW_VARIANTS[:3] + ROW_VARIANTS[4:] if warp_first else ROW_VARIANTS
+    few_columns = group.outer * group.inner < 16384
+    return [COLUMN_VARIANTS[2]] + COLUMN_VARIANTS[:2] + COLUMN_VARIANTS[3:] if few_columns else COLUMN_VARIANTS
+
+
+def _describe(variant) -> str:
+    if isinstance(variant, Split):
+        return f"rows split across blocks, {variant.team} threads per chunk"
+    team, slots, rows = variant
+    if rows:
+        return f"{team} threads per row" if slots == 1 else f"a warp per row, {slots} rows per block"
+    return f"{team} thread{'s' if team > 1 else ''} per reduced value, {slots} values per block"
+
+
+def _launch(name: str, params: list[Param], variants: list) -> list[str]:
+    args = call(params)
+    cases = []
+    for v in variants:
+        if isinstance(v, Split):  # two kernels, a block per chunk
+            cases.append([f"{name}_split_partial<{v.team}><<<(unsigned)(kSlots * kChunks), {v.team}, 0, stream>>>"
+                          f"({args});",
+                          f"{name}_split_finish<{v.team}><<<(unsigned)(kSlots * kFinishChunks), {v.team}, 0, "
+                          f"stream>>>({args});"])
+        else:
+            team, slots, rows = v
+            cases.append([slot_launch(f"{name}_reduce<{team}, {slots}, {'true' if rows else 'false'}>", params,
+                                      team, slots)])
+    return switch(cases)

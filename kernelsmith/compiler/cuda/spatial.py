@@ -1,0 +1,57 @@
+"""Kernels that compute each output element from a region of their input: pooling over spatial
+windows and concatenation. A grid-stride kernel runs once per output element; the window and
+the concatenation's element are C both targets share (cstyle/window.py)."""
+
+from __future__ import annotations
+
+from math import prod
+
+from kernelsmith.compiler.cstyle import ops, window
+from kernelsmith.compiler.cuda.binding import generated
+from kernelsmith.compiler.cuda.common import (Param, call, cu_file, dense, indent, input_params, launcher,
+                                              output_params, read, require_outputs, signature, stride_params, table)
+from kernelsmith.compiler.ir import CatGroup, Generated, PoolGroup, Value
+
+THREADS = (256, 128, 512)
+
+
+def pool(group: PoolGroup, values: dict[str, Value]) -> Generated:
+    """One output element per thread step: the window's max or mean, then the epilogue, then the stores."""
+    if not values[group.x].contiguous:
+        raise ValueError(f"{group.name}: pooling a non-contiguous input is unsupported")
+    reads = [read(values[v.name], group.out_shape) for v in group.inputs if v.name != group.x]
+    params = input_params(group) + stride_params(reads) + output_params(group)
+    names = {r.value.name: r.var for r in reads}
+    names[group.result] = f"v_{group.result}"
+    epilogue = ops.body_lines(group.epilogue, names, "")
+    require_outputs(group, names, prod(group.out_shape))
+    lines = window.decode("flat", group.out_shape) + window.pool_lines(group, f"__ldg(&p_{group.x}[{{}}])")
+    lines += [f"const float {r.var} = {r.load('flat')};" for r in reads] + epilogue
+    lines += [f"p_{o.name}[flat] = {names[o.name]};" for o in group.outputs]
+    what = (f"{group.mode} pooling of {list(group.in_shape)} -> {list(group.out_shape)}, window {list(group.kernel)}, "
+            f"stride {list(group.stride)}, padding {list(group.padding)}, its epilogue")
+    return _per_output(group, what, params, lines, {group.x} | dense(reads))
+
+
+def cat(group: CatGroup) -> Generated:
+    """Each output element read from the part that holds it (window.cat_lines); parts dense."""
+    params = input_params(group) + output_params(group)
+    lines = window.cat_lines(group, lambda part, offset: f"__ldg(&p_{part}[{offset}])")
+    lines += [f"p_{o.name}[flat] = v_{group.result};" for o in group.outputs]
+    what = f"cat of {len(group.parts)} parts along dim {group.dim} -> {list(group.out_shape)}"
+    return _per_output(group, what, params, lines, set(group.parts))
+
+
+def _per_output(group: PoolGroup | CatGroup, what: str, params: list[Param], lines: list[str],
+                dense_inputs: set[str]) -> Generated:
+    """A grid-stride kernel running `lines` once per output element `flat`, in THREADS variants."""
+    numel = prod(group.out_shape)
+    kernel = (f"__global__ void __launch_bounds__(512) {group.name}_kernel({signature(params, True)}) {{\n"
+              "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
+              f"  for (int64_t flat = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; flat < {numel}LL; "
+              "flat += step) {\n" + "\n".join(indent(lines, 4)) + "\n  }\n}\n")
+    launch = [table("int", "kThreads", THREADS), "  const int threads = kThreads[config];",
+              f"  {group.name}_kernel<<<ks_blocks({numel}LL, threads), threads, 0, stream>>>({call(params)});"]
+    source = cu_file(group, what, [kernel], launcher(group.name, params, len(THREADS), launch))
+    return generated(group, {f"{group.name}.cu": source}, params, dense_inputs,
+                     [f"one output per thread step, {t} threads/block" for t in THREADS])

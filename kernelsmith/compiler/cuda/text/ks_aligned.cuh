@@ -1,0 +1,1 @@
+inline bool ks_aligned(const void* p) { return ((uintptr_t)p & 15) == 0; }

@@ -1,0 +1,257 @@
+"""The policy's intermediate form: values, pointwise ops and the five kinds of group.
+
+A group becomes one kernel with one binding, `ext.<name>(*inputs, config)`, which returns its
+outputs (one tensor, or a tuple in `outputs` order). `config` picks a launch variant at run
+time (an index into the codegen's variant list), so the search changes model_new.py only and
+never rebuilds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+Scalar = float
+
+
+@dataclass
+class Value:
+    """A tensor of the graph: a forward input, a parameter or buffer, or an op's result."""
+
+    name: str  # C-safe and unique
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    source: str = ""  # how ModelNew.forward reaches an external value: "x", "self.lin.weight"
+    contiguous: bool = True  # False for views such as permute, expand or a strided slice
+    scalar: bool = False  # a Python float forward takes: passed to the kernels by value
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)
+
+
+@dataclass
+class Op:
+    """One pointwise op: `out = name(*args)` elementwise, with broadcasting over tensor args."""
+
+    name: str  # a key of ops.POINTWISE
+    args: list[str | Scalar]  # value names or scalars
+    out: str
+    attrs: dict = field(default_factory=dict)  # e.g. {"approximate": "tanh"}, {"min": 0.0}
+
+    def tensor_args(self) -> list[str]:
+        return [a for a in self.args if isinstance(a, str)]
+
+
+@dataclass
+class Group:
+    name: str
+    inputs: list[Value]  # external tensors the kernel reads, in binding-argument order
+    outputs: list[Value]  # values the kernel writes, in return order
+
+    kind = "group"
+
+    def ops(self) -> list[Op]:
+        return []
+
+
+@dataclass
+class PointwiseGroup(Group):
+    """Ops over one index space `shape`; every input broadcasts to it (read through strides)."""
+
+    shape: tuple[int, ...] = ()
+    body: list[Op] = field(default_factory=list)
+
+    kind = "pointwise"
+
+    def ops(self) -> list[Op]:
+        return self.body
+
+
+REDUCTIONS = ("sum", "mean", "amax", "amin", "argmax", "argmin", "logsumexp", "norm2",
+              "softmax", "log_softmax", "cumsum")
+FULL_SHAPE_REDUCTIONS = ("softmax", "log_softmax", "cumsum")  # their result has the operand's shape
+SCANS = ("cumsum",)  # full-shape, and each element's result needs only the range before it
+
+
+@dataclass
+class ReductionGroup(Group):
+    """A reduction over one contiguous range of dims, with the pointwise work around it.
+
+    The operand of shape `in_shape` is viewed as [outer, size, inner]; `size` is reduced.
+    prologue: ops at in_shape that produce the operand from the inputs.
+    epilogue: ops at the result's shape (the reduced shape; in_shape for softmax).
+    broadcast_epilogue: ops at in_shape that read in_shape values and reduced values broadcast
+    back along the reduced dims (the normalisation pattern: x * rsqrt(mean(x^2) + eps)).
+    """
+
+    in_shape: tuple[int, ...] = ()
+    dims: tuple[int, ...] = ()
+    keepdim: bool = False
+    reduce: str = "sum"
+    operand: str = ""
+    result: str = ""
+    result_shape: tuple[int, ...] = ()
+    prologue: list[Op] = field(default_factory=list)
+    epilogue: list[Op] = field(default_factory=list)
+    broadcast_epilogue: list[Op] = field(default_factory=list)
+    attrs: dict = field(default_factory=dict)  # e.g. {"correction": 1} later for var
+
+    kind = "reduction"
+
+    @property
+    def outer(self) -> int:
+        return prod(self.in_shape[: self.dims[0]])
+
+    @property
+    def size(self) -> int:
+        return prod(self.in_shape[self.dims[0]: self.dims[-1] + 1])
+
+    @property
+    def inner(self) -> int:
+        return prod(self.in_shape[self.dims[-1] + 1:])
+
+    def ops(self) -> list[Op]:
+        return self.prologue + self.epilogue + self.broadcast_epilogue
+
+
+@dataclass
+class GemmGroup(Group):
+    """out[b] = a[b] @ op(b_mat[b]) (+ bias), then pointwise `epilogue` ops at [batch.., m, n].
+
+    a is [m, k] or [batch, m, k], contiguous. b names a contiguous [k, n] matrix, or, when
+    trans_b, a contiguous [n, k] one (nn.Linear's weight) used transposed. bias, when present, has shape
+    [n] (broadcast over rows) and is added before the epilogue, scaled by beta.
+    """
+
+    a: str = ""
+    b: str = ""
+    bias: str | None = None
+    trans_b: bool = False
+    batch: int = 1
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    alpha: float = 1.0
+    beta: float = 1.0
+    result: str = ""
+    out_shape: tuple[int, ...] = ()
+    epilogue: list[Op] = field(default_factory=list)
+
+    kind = "gemm"
+
+    def ops(self) -> list[Op]:
+        return self.epilogue
+
+
+@dataclass
+class ConvGroup(Group):
+    """out = convolution(x, w) over 1 to 3 spatial dims, then pointwise `epilogue` ops at out_shape.
+
+    x is [N, C, *spatial] and w, both contiguous, is [K, C / groups, *kernel] or, when transposed
+    (ConvTranspose), [C, K / groups, *kernel]. The bias, when the module has one, arrives as an
+    epilogue op (an add of a [K, 1, ...] view), so the generators see a plain convolution.
+    """
+
+    x: str = ""
+    w: str = ""
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    output_padding: tuple[int, ...] = ()
+    transposed: bool = False
+    groups: int = 1
+    result: str = ""
+    in_shape: tuple[int, ...] = ()
+    w_shape: tuple[int, ...] = ()
+    out_shape: tuple[int, ...] = ()
+    epilogue: list[Op] = field(default_factory=list)
+
+    kind = "conv"
+
+    @property
+    def spatial(self) -> int:
+        return len(self.out_shape) - 2
+
+    def ops(self) -> list[Op]:
+        return self.epilogue
+
+
+@dataclass
+class PoolGroup(Group):
+    """out = max or average pooling of x over windows of 1 to 3 spatial dims, then pointwise
+    `epilogue` ops at out_shape. x is [N, C, *spatial], contiguous. Average pooling follows
+    torch: `count_include_pad` and `divisor_override` choose the divisor; max pooling pads
+    with -inf and propagates NaN."""
+
+    x: str = ""
+    mode: str = "max"  # or "avg"
+    kernel: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    padding: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    count_include_pad: bool = True
+    divisor_override: int | None = None
+    result: str = ""
+    in_shape: tuple[int, ...] = ()
+    out_shape: tuple[int, ...] = ()
+    epilogue: list[Op] = field(default_factory=list)
+
+    kind = "pool"
+
+    def ops(self) -> list[Op]:
+        return self.epilogue
+
+
+@dataclass
+class CatGroup(Group):
+    """out = torch.cat(parts, dim): each part, contiguous, copied into its slice of the output.
+    A part may appear more than once (`torch.cat([x, x])`); `sizes` are the parts' extents
+    along dim. No epilogue: the pointwise work after a cat is the next kernel."""
+
+    parts: list[str] = field(default_factory=list)
+    dim: int = 0
+    sizes: tuple[int, ...] = ()
+    result: str = ""
+    out_shape: tuple[int, ...] = ()
+
+    kind = "cat"
+
+    def ops(self) -> list[Op]:
+        return []
+
+
+@dataclass
+class ViewStep:
+    """A view taken in Python between kernels (allowed in ModelNew.forward): `out = expr`."""
+
+    out: Value
+    expr: str  # uses {x} for the viewed value, e.g. "{x}.view(16, 32)"
+    source: str = ""  # name of the viewed value
+    kind: str = ""  # the ATen view op: view, permute, unsqueeze, ...
+
+
+@dataclass
+class Plan:
+    """Everything forward does, in order: kernels (groups) and views."""
+
+    inputs: list[Value]  # forward's arguments, in order
+    steps: list[Group | ViewStep]
+    outputs: list[str]  # value names returned by forward, in order
+    returns_tuple: bool
+    unsupported: list[str] = field(default_factory=list)  # why the plan cannot be generated
+    prelude: list[ViewStep] = field(default_factory=list)  # views of inputs and parameters, taken first
+    params: list[Value] = field(default_factory=list)  # parameters and buffers (source: self.<path>)
+    values: dict[str, Value] = field(default_factory=dict)  # every value by name, the partitioner's own included
+
+    def groups(self) -> list[Group]:
+        return [s for s in self.steps if isinstance(s, Group)]
+
+
+@dataclass
+class Generated:
+    """What a generator makes of one group (both generators return this)."""
+
+    files: dict[str, str]  # file name (no folders) under kernels/ -> source text
+    function: str  # == group.name: the binding registers ext.<group.name>
+    variants: list[str]  # one description per launch variant; index = config, 0 the default

@@ -1,0 +1,61 @@
+"""From a task file to files on disk: capture, partition, and a kernel per group for the device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelsmith.compiler import emit
+from kernelsmith.compiler.graph import CaptureError, capture
+from kernelsmith.compiler.ir import Plan
+from kernelsmith.compiler.lowering import Unsupported
+from kernelsmith.compiler.partition import plan as partition
+
+PRECISIONS = ("fp32", "tf32")  # the generated kernels compute in fp32, so they meet both
+
+
+@dataclass
+class Built:
+    plan: Plan | None = None
+    files: dict[str, str] = field(default_factory=dict)
+    variants: list[list[str]] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        return emit.describe(self.plan) if self.plan else ""
+
+    def model_new(self, configs: list[int]) -> str:
+        return emit.model_new_source(self.plan, configs, self.variants)
+
+
+def generator(device: str):
+    """The target's code generator, imported only when that target is asked for."""
+    if device == "cuda":
+        from kernelsmith.compiler import cuda
+
+        return cuda.generate
+    from kernelsmith.compiler import cpu
+
+    return cpu.generate
+
+
+def build_plan(model_path: Path, device: str, precision: str) -> Built:
+    if precision not in PRECISIONS:
+        return Built(unsupported=[f"precision {precision} (the generated kernels are float32)"])
+    try:
+        graph = capture(model_path)
+    except CaptureError as err:
+        return Built(unsupported=[str(err)])
+    plan = partition(graph)
+    if plan.unsupported:
+        return Built(plan, unsupported=plan.unsupported)
+    built, generate, values = Built(plan), generator(device), plan.values
+    for group in plan.groups():
+        try:
+            made = generate(group, values)
+        except (Unsupported, ValueError) as err:
+            return Built(plan, unsupported=[f"{group.name}: {err}"])
+        built.files.update(made.files)
+        built.variants.append(made.variants)
+    return built
