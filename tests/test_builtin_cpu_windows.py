@@ -175,7 +175,7 @@ def _run(ext, plan, args: dict, config: int) -> torch.Tensor:
     values = dict(args)
     for step in plan.prelude + plan.steps:
         if not isinstance(step, Group):  # a view, as model_new.py takes it
-            values[step.out.name] = eval(step.expr.format(x="source"), {"source": values[step.source], "torch": torch})
+            values[step.out.name] = step.view.apply(values[step.source])
             continue
         got = getattr(ext, step.name)(*[values[v.name] for v in step.inputs], config)
         values.update(zip([o.name for o in step.outputs], [got] if len(step.outputs) == 1 else got))

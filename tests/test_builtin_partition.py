@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.compiler.graph import capture
-from kernelsmith.compiler.ir import CatGroup, ConvGroup, GemmGroup, PointwiseGroup, PoolGroup, ReductionGroup, ViewStep
+from kernelsmith.compiler.capture import capture
+from kernelsmith.compiler.ir import (CatGroup, ConvGroup, GemmGroup, PointwiseGroup, PoolGroup, ReductionGroup, View,
+                                     ViewStep)
 from kernelsmith.compiler.partition import plan
 
 
@@ -91,7 +92,7 @@ def test_max_over_a_dim_becomes_amax_and_argmax(tmp_path):
 def test_views_between_kernels_run_in_python(tmp_path):
     p = plan_of(tmp_path, "", "y = torch.relu(x).view(4, 64)\nreturn y.sum(dim=1)", "[torch.randn(4, 8, 8)]")
     relu, view, total = p.steps
-    assert isinstance(relu, PointwiseGroup) and isinstance(view, ViewStep) and view.expr == "{x}.view(4, 64)"
+    assert isinstance(relu, PointwiseGroup) and isinstance(view, ViewStep) and view.view == View("view", (4, 64))
     assert isinstance(total, ReductionGroup) and total.inputs[0].name == view.out.name
 
 
@@ -115,7 +116,7 @@ def test_inference_batch_norm_fuses_with_channel_views_taken_first(tmp_path):
                 "[torch.randn(2, 8, 4, 4)]")
     (group,) = p.groups()  # relu and the whole normalisation in one kernel
     assert names(group.body) == ["relu", "sub", "bn_scale", "mul", "add"]
-    assert [v.expr for v in p.prelude] == ["{x}.view(8, 1, 1)"] * 4
+    assert [v.view for v in p.prelude] == [View("view", (8, 1, 1))] * 4
     assert [o.name for o in group.outputs] == p.outputs
 
 
@@ -192,7 +193,7 @@ def test_a_convolution_takes_its_bias_and_the_pointwise_work_after_it(tmp_path):
     assert conv.out_shape == (2, 8, 8, 8) and conv.w_shape == (8, 3, 3, 3)
     assert names(conv.epilogue) == ["add", "relu", "mul"]  # the bias first, as a [8, 1, 1] view
     assert [v.source for v in conv.inputs][:2] == ["x0", "self.conv.weight"]
-    assert [v.expr for v in p.prelude] == ["{x}.view(8, 1, 1)"]
+    assert [v.view for v in p.prelude] == [View("view", (8, 1, 1))]
     assert [o.name for o in conv.outputs] == p.outputs
 
 
@@ -207,7 +208,7 @@ def test_a_transposed_convolution_feeding_a_reduction_is_two_kernels(tmp_path):
 
 def test_batch_norm_running_statistics_are_not_outputs(tmp_path):
     """In training mode export also returns the running-statistic updates; forward does not."""
-    from kernelsmith.compiler.graph import capture
+    from kernelsmith.compiler.capture import capture
 
     path = tmp_path / "bn.py"
     path.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
@@ -229,11 +230,11 @@ def test_training_mode_normalisations_decompose_exactly_into_means(module, shape
     import torch
     from torch import nn
 
-    from kernelsmith.compiler.graph import _decompositions
+    from kernelsmith.compiler.decompositions import decompositions
 
     model = eval(module, {"nn": nn})
     x = torch.randn(*shape) * 3 + 1
-    program = torch.export.export(model, (x,)).run_decompositions(_decompositions())
+    program = torch.export.export(model, (x,)).run_decompositions(decompositions())
     targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
     assert not any("norm" in t for t in targets), targets
     torch.testing.assert_close(program.module()(x), model(x), rtol=1e-5, atol=1e-5)
@@ -268,7 +269,7 @@ def test_captures_on_several_threads_at_once_all_succeed(tmp_path):
     """The bench runs sessions on threads; torch.export's tracing state is process-wide."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kernelsmith.compiler.graph import capture
+    from kernelsmith.compiler.capture import capture
 
     paths = []
     for i in range(4):
@@ -431,7 +432,7 @@ def test_layouts_are_the_generated_codes_not_eagers(tmp_path):
 
 
 def test_attribute_paths_that_are_not_plain_names_use_getattr():
-    from kernelsmith.compiler.graph import attribute_source
+    from kernelsmith.compiler.capture import attribute_source
 
     assert attribute_source("self", "lin.weight") == "self.lin.weight"
     assert attribute_source("self", "net.0.weight") == "getattr(self.net, '0').weight"

@@ -57,7 +57,7 @@ def _used_values(plan: Plan) -> set[str]:
 
 def _view_line(step: ViewStep, names: dict[str, str]) -> str:
     var = f"t_{step.out.name}"
-    line = f"{var} = {step.expr.format(x=names[step.source])}"
+    line = f"{var} = {step.view.python(names[step.source])}"
     names[step.out.name] = var
     return line
 

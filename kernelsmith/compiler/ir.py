@@ -1,4 +1,4 @@
-"""The policy's intermediate form: values, pointwise ops and the five kinds of group.
+"""The kernel IR: values, pointwise ops, the six kinds of group, views, and the plan.
 
 A group becomes one kernel with one binding, `ext.<name>(*inputs, config)`, which returns its
 outputs (one tensor, or a tuple in `outputs` order). `config` picks a launch variant at run
@@ -221,19 +221,35 @@ class CatGroup(Group):
         return []
 
 
+@dataclass(frozen=True)
+class View:
+    """A view as data, `x.<method>(*args)`: written into ModelNew.forward as Python, and replayed
+    on meta tensors to learn its layout (layout.py), from the same data."""
+
+    method: str  # a torch.Tensor method: view, expand, permute, t, transpose, unsqueeze, select, narrow
+    args: tuple = ()
+
+    def python(self, x: str) -> str:
+        return f"{x}.{self.method}({', '.join(str(a) for a in self.args)})"
+
+    def apply(self, tensor):
+        return getattr(tensor, self.method)(*self.args)
+
+
 @dataclass
 class ViewStep:
-    """A view taken in Python between kernels (allowed in ModelNew.forward): `out = expr`."""
+    """A view taken in Python between kernels (allowed in ModelNew.forward): `out = view(source)`."""
 
     out: Value
-    expr: str  # uses {x} for the viewed value, e.g. "{x}.view(16, 32)"
+    view: View
     source: str = ""  # name of the viewed value
     kind: str = ""  # the ATen view op: view, permute, unsqueeze, ...
 
 
 @dataclass
 class Plan:
-    """Everything forward does, in order: kernels (groups) and views."""
+    """Everything forward does, in order: kernels (groups) and views. While the partitioner
+    builds it, `owner` and `reduced` say where each value is made; remat.py reads them too."""
 
     inputs: list[Value]  # forward's arguments, in order
     steps: list[Group | ViewStep]
@@ -243,9 +259,23 @@ class Plan:
     prelude: list[ViewStep] = field(default_factory=list)  # views of inputs and parameters, taken first
     params: list[Value] = field(default_factory=list)  # parameters and buffers (source: self.<path>)
     values: dict[str, Value] = field(default_factory=dict)  # every value by name, the partitioner's own included
+    owner: dict[str, int] = field(default_factory=dict)  # value -> index of the step that makes it
+    reduced: dict[int, set[str]] = field(default_factory=dict)  # reduction step -> its values at the reduced shape
 
     def groups(self) -> list[Group]:
         return [s for s in self.steps if isinstance(s, Group)]
+
+    def add_inputs(self, group: Group, names: list[str]) -> None:
+        """`group` reads these values from memory (each once, in first-read order)."""
+        for name in names:
+            if all(v.name != name for v in group.inputs):
+                group.inputs.append(self.values[name])
+
+    def read_across_steps(self) -> set[str]:
+        """The values a kernel takes as an input, a view between kernels reads, or forward returns."""
+        read = {v.name for s in self.steps if isinstance(s, Group) for v in s.inputs}
+        read |= {s.source for s in self.steps if isinstance(s, ViewStep)}
+        return read | set(self.outputs)
 
 
 @dataclass

@@ -1,12 +1,13 @@
-"""From core ATen nodes to the policy's vocabulary: which nodes are pointwise ops, reductions,
-GEMMs or views, and their arguments in IR terms. The partitioner decides what fuses."""
+"""From core ATen nodes to the compiler's vocabulary: which nodes are pointwise ops, reductions,
+GEMMs, convolutions, pooling, concatenations or views, and their arguments in IR terms. The
+partitioner decides what fuses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from kernelsmith.compiler.graph import Node
-from kernelsmith.compiler.ir import Op
+from kernelsmith.compiler.ir import Op, View
 
 
 class Unsupported(Exception):
@@ -131,6 +132,8 @@ _SPECIAL_POINTWISE = {
     "softplus": _positional("softplus", ["beta", "threshold"], [1.0, 20.0]),
     "elu": _positional("elu", ["alpha", "scale", "input_scale"], [1.0, 1.0, 1.0]),
     "where": lambda node, args: Op("where", args[:3], node.name),
+    # not ATen: batch norm's (x - mean) / sqrt(var + eps), made by passes/batch_norm.py
+    "bn_scale": lambda node, args: Op("bn_scale", args[:2], node.name, {"eps": node.kwargs["eps"]}),
 }
 
 
@@ -174,32 +177,26 @@ def _dims(dims, rank: int) -> tuple[int, ...]:
     return found
 
 
-def view_expr(node: Node) -> str:
-    """Python for a view node, with {x} standing for the viewed tensor."""
+VIEW_ARITY = {"t": 0, "transpose": 2, "unsqueeze": 1, "select": 2}  # the arguments after the tensor
+
+
+def view_of(node: Node) -> View:
+    """The view a view node takes, as data (ModelNew writes it, layout.py replays it)."""
     name, args = base(node.target), list(node.args)
-    if name in ("view", "_unsafe_view", "reshape", "expand"):
-        method = "expand" if name == "expand" else "view"
-        return f"{{x}}.{method}({', '.join(str(int(s)) for s in node.shape)})"
+    if name in ("view", "_unsafe_view", "reshape", "expand", "squeeze"):
+        return View("expand" if name == "expand" else "view", tuple(int(s) for s in node.shape))
     if name == "permute":
-        return f"{{x}}.permute({', '.join(str(d) for d in args[1])})"
-    if name == "t":
-        return "{x}.t()"
-    if name == "transpose":
-        return f"{{x}}.transpose({args[1]}, {args[2]})"
-    if name == "unsqueeze":
-        return f"{{x}}.unsqueeze({args[1]})"
-    if name == "squeeze":
-        return f"{{x}}.view({', '.join(str(int(s)) for s in node.shape)})"
-    if name == "select":
-        return f"{{x}}.select({args[1]}, {args[2]})"
-    return _slice_expr(node, args)
+        return View("permute", tuple(args[1]))
+    if name in VIEW_ARITY:
+        return View(name, tuple(args[1:1 + VIEW_ARITY[name]]))
+    return _narrow(node, args)
 
 
-def _slice_expr(node: Node, args: list) -> str:
+def _narrow(node: Node, args: list) -> View:
+    """slice(x, dim, start, end, step) as narrow(dim, start, length)."""
     dim = args[1] if len(args) > 1 else 0
     start = args[2] if len(args) > 2 and args[2] is not None else 0
     step = args[4] if len(args) > 4 else 1
-    length = node.shape[dim]
     if step != 1:
         raise Unsupported("a strided slice")
-    return f"{{x}}.narrow({dim}, {start}, {length})"
+    return View("narrow", (dim, start, node.shape[dim]))

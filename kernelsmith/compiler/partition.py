@@ -1,6 +1,6 @@
-"""Partition a captured graph into kernels: pointwise chains, reductions with the pointwise
-work around them, and GEMMs and convolutions with their epilogues. Views run in Python
-between kernels.
+"""Partition a graph into kernels: pointwise chains, reductions with the pointwise work around
+them, and GEMMs, convolutions and pooling with their epilogues. Views run in Python between
+kernels. The graph arrives rewritten (passes.before_partition): one node, one thing to place.
 
 One pass in graph order. A pointwise node joins the most recent group when every value of
 that group it reads is inside the group and its shape fits the group (the index space of a
@@ -15,51 +15,65 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-import torch
-
-from kernelsmith.compiler import lowering, remat
+from kernelsmith.compiler import layout, lowering, passes, remat
 from kernelsmith.compiler.cstyle.access import broadcastable
 from kernelsmith.compiler.graph import Graph, Node
 from kernelsmith.compiler.ir import (FULL_SHAPE_REDUCTIONS, CatGroup, ConvGroup, GemmGroup, Group, Op, Plan,
-                                    PointwiseGroup, PoolGroup, ReductionGroup, Value, ViewStep)
+                                     PointwiseGroup, PoolGroup, ReductionGroup, Value, ViewStep)
 from kernelsmith.compiler.lowering import Unsupported
 
 FLOAT = "float32"
-BATCH_NORM = "_native_batch_norm_legit_no_training.default"
-MAX_POOLS = ("max_pool1d_with_indices.default", "max_pool2d_with_indices.default", "max_pool3d_with_indices.default")
 ALIAS_VIEWS = ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze")
+
+
+def plan(graph: Graph) -> Plan:
+    """KERNELSMITH_REMAT=0 keeps every intermediate in memory (to measure what recomputing gains)."""
+    empty = Plan(graph.inputs, [], graph.outputs, graph.returns_tuple, params=graph.params, values=graph.values())
+    try:
+        graph = passes.before_partition(graph)
+    except Unsupported as err:
+        empty.unsupported.append(str(err))
+        return empty
+    return Partitioner(graph, remat=os.environ.get("KERNELSMITH_REMAT", "1") != "0").run()
 
 
 @dataclass
 class Partitioner:
     graph: Graph
-    values: dict[str, Value] = field(default_factory=dict)
-    steps: list = field(default_factory=list)
-    owner: dict[str, int] = field(default_factory=dict)  # value -> index of the step that makes it
-    reduced: dict[int, set] = field(default_factory=dict)  # reduction step -> values at the reduced shape
-    prelude: list = field(default_factory=list)  # views of external values, taken first in forward
-    views: dict[str, ViewStep] = field(default_factory=dict)
     remat: bool = True  # recompute full-size values in the kernels that read them (remat.py)
+    plan: Plan = field(init=False)
+    views: dict[str, ViewStep] = field(default_factory=dict)
 
     def __post_init__(self):
-        self.values = self.graph.values()
+        self.plan = Plan(self.graph.inputs, [], self.graph.outputs, self.graph.returns_tuple,
+                         params=self.graph.params, values=self.graph.values())
+
+    @property
+    def values(self) -> dict[str, Value]:
+        return self.plan.values
+
+    @property
+    def steps(self) -> list:
+        return self.plan.steps
+
+    @property
+    def owner(self) -> dict[str, int]:
+        return self.plan.owner
 
     def run(self) -> Plan:
-        plan = Plan(self.graph.inputs, self.steps, self.graph.outputs, self.graph.returns_tuple,
-                    prelude=self.prelude, params=self.graph.params, values=self.values)
         try:
-            for node in _fold_multi_output(self.graph.nodes):
+            for node in self.graph.nodes:
                 self.add(node)
             if self.remat:
-                remat.rematerialize(self)
+                remat.rematerialize(self.plan)
             self.mark_outputs()
             remat.drop_empty(self.steps)
         except Unsupported as err:
-            plan.unsupported.append(str(err))
-        return plan
+            self.plan.unsupported.append(str(err))
+        return self.plan
 
     def add(self, node: Node) -> None:
-        kind = "batch_norm" if node.target == BATCH_NORM else lowering.kind_of(node)
+        kind = lowering.kind_of(node)
         if kind == "unsupported":
             raise Unsupported(f"{node.target} is not supported yet")
         getattr(self, f"add_{kind}")(node)
@@ -67,9 +81,7 @@ class Partitioner:
     # --- pointwise -----------------------------------------------------------------------
 
     def add_pointwise(self, node: Node) -> None:
-        self.add_op(node, lowering.pointwise_op(node))
-
-    def add_op(self, node: Node, op: Op) -> None:
+        op = lowering.pointwise_op(node)
         self.require_float(node, [a for a in op.tensor_args() if not self.bool_input(a, node)])
         last = len(self.steps) - 1
         internal = [a for a in op.tensor_args() if self.owner.get(a) == last]
@@ -77,7 +89,7 @@ class Partitioner:
         if internal and self.joins(self.steps[last], node, internal, others):
             return self.join(last, node, op, others)
         group = PointwiseGroup(self.new_name("pointwise"), [], [], shape=node.shape, body=[op])
-        self.add_inputs(group, op.tensor_args())
+        self.plan.add_inputs(group, op.tensor_args())
         self.push(group, node.name)
 
     def joins(self, group: Group, node: Node, internal: list[str], others: list[str]) -> bool:
@@ -97,7 +109,7 @@ class Partitioner:
             return None
         if group.reduce in FULL_SHAPE_REDUCTIONS:
             return "epilogue" if node.shape == group.in_shape and not group.broadcast_epilogue else None
-        reduced = self.reduced[self.owner[group.result]]
+        reduced = self.plan.reduced[self.owner[group.result]]
         if node.shape == group.result_shape and set(internal) <= reduced and not group.broadcast_epilogue:
             return "epilogue"
         if node.shape == group.in_shape and all(self.broadcasts_back(group, a) for a in internal if a in reduced):
@@ -117,10 +129,10 @@ class Partitioner:
             phase = self.reduction_phase(group, node, [a for a in op.tensor_args() if a not in others])
             getattr(group, phase).append(op)
             if phase == "epilogue" and group.reduce not in FULL_SHAPE_REDUCTIONS:
-                self.reduced[index].add(node.name)
+                self.plan.reduced[index].add(node.name)
         else:
             group.ops().append(op)
-        self.add_inputs(group, others)
+        self.plan.add_inputs(group, others)
         self.own(node.name, index)
 
     # --- reductions ----------------------------------------------------------------------
@@ -143,9 +155,9 @@ class Partitioner:
         elif self.epilogue_moves(chain, node):
             self.move_epilogue(chain, group, node)
         else:
-            self.add_inputs(group, [operand])
+            self.plan.add_inputs(group, [operand])
             self.push(group, node.name)
-        self.reduced[self.owner[node.name]] = {node.name}
+        self.plan.reduced[self.owner[node.name]] = {node.name}
 
     def epilogue_moves(self, library: Group | None, node: Node) -> bool:
         """A GEMM's, convolution's or pooling's epilogue that only feeds this reduction: run it as
@@ -164,7 +176,7 @@ class Partitioner:
         core = {getattr(library, f, None) for f in ("a", "b", "bias", "x", "w")}
         reads = [library.result] + [a for op in group.prologue for a in op.tensor_args() if a not in moved]
         library.inputs = [v for v in library.inputs if v.name in core]
-        self.add_inputs(group, reads)
+        self.plan.add_inputs(group, reads)
         self.push(group, node.name)
         for name in moved:
             self.own(name, len(self.steps) - 1)
@@ -176,13 +188,12 @@ class Partitioner:
         bias, a, b = (args[0], args[1], args[2]) if name == "addmm" else (None, args[0], args[1])
         self.require_float(node, [x for x in (bias, a, b) if x])
         b_source, trans_b = self.weight_of(b)
-        a_value = self.values[a]
-        if not a_value.contiguous:
+        if not self.values[a].contiguous:
             raise Unsupported(f"{node.target} on a non-contiguous left operand")
         if not trans_b and not self.values[b_source].contiguous:
             raise Unsupported(f"{node.target} on a non-contiguous right operand")
         group = self.gemm_group(node, name, a, b_source, trans_b, bias)
-        self.add_inputs(group, [x for x in (a, b_source, bias) if x])
+        self.plan.add_inputs(group, [x for x in (a, b_source, bias) if x])
         self.push(group, node.name)
 
     def weight_of(self, b: str) -> tuple[str, bool]:
@@ -202,7 +213,7 @@ class Partitioner:
                          batch=out[0] if name == "bmm" else 1, m=out[-2], n=out[-1], k=a_shape[-1],
                          result=node.name, out_shape=out, **scale)
 
-    # --- convolutions ------------------------------------------------------------------------
+    # --- convolutions (the bias arrives as an add after it: passes/conv_bias.py) -------------
 
     def add_conv(self, node: Node) -> None:
         x, w, bias, stride, padding, dilation, transposed, output_padding, groups = node.args
@@ -211,18 +222,12 @@ class Partitioner:
             raise Unsupported("a convolution of a non-contiguous input or weight")
         if not 1 <= len(node.shape) - 2 <= 3:
             raise Unsupported(f"a convolution over {len(node.shape) - 2} spatial dims")
-        result = f"{node.name}_nobias" if bias else node.name
-        self.values[result] = Value(result, node.shape)
         group = ConvGroup(self.new_name("conv"), [], [], x=x, w=w, stride=tuple(stride), padding=tuple(padding),
                           dilation=tuple(dilation), output_padding=tuple(output_padding), transposed=bool(transposed),
-                          groups=int(groups), result=result, in_shape=self.values[x].shape,
+                          groups=int(groups), result=node.name, in_shape=self.values[x].shape,
                           w_shape=self.values[w].shape, out_shape=node.shape)
-        self.add_inputs(group, [x, w])
-        self.push(group, result)
-        if bias:  # the bias as the first epilogue op, so that both generators fuse it
-            channels = self.channel_view(bias, len(node.shape))
-            self.graph.consumers[result] = [node.name]
-            self.join(len(self.steps) - 1, node, Op("add", [result, channels], node.name, {"alpha": 1.0}), [channels])
+        self.plan.add_inputs(group, [x, w])
+        self.push(group, node.name)
 
     # --- pooling ------------------------------------------------------------------------------
 
@@ -245,7 +250,7 @@ class Partitioner:
             group = PoolGroup(self.new_name("pool"), [], [], x=x, mode="avg", dilation=(1,) * spatial,
                               count_include_pad=count, divisor_override=args[6], **common)
         group.result, group.in_shape, group.out_shape = node.name, self.values[x].shape, node.shape
-        self.add_inputs(group, [x])
+        self.plan.add_inputs(group, [x])
         self.push(group, node.name)
 
     # --- concatenation -------------------------------------------------------------------------
@@ -261,7 +266,7 @@ class Partitioner:
             raise Unsupported("cat with an empty part")
         group = CatGroup(self.new_name("cat"), [], [], parts=list(parts), dim=dim, sizes=sizes, result=node.name,
                          out_shape=node.shape)
-        self.add_inputs(group, parts)
+        self.plan.add_inputs(group, parts)
         self.push(group, node.name)
 
     # --- views -----------------------------------------------------------------------------
@@ -271,48 +276,16 @@ class Partitioner:
         last = len(self.steps) - 1
         group = self.steps[last] if self.owner.get(source) == last and last >= 0 else None
         if isinstance(group, ReductionGroup) and lowering.base(node.target) in ALIAS_VIEWS \
-                and source in self.reduced[last] and node.contiguous \
+                and source in self.plan.reduced[last] and node.contiguous \
                 and self.reduction_phase(group, node, [source]) is not None:
             return self.join(last, node, Op("copy", [source], node.name), [])
-        view = ViewStep(self.values[node.name], lowering.view_expr(node), source, lowering.base(node.target))
+        view = ViewStep(self.values[node.name], lowering.view_of(node), source, lowering.base(node.target))
         self.values[node.name].source = ""
         self.views[node.name] = view
         if source not in self.owner:  # (views between kernels are owned, through push)
-            self.prelude.append(view)  # a view of an input or parameter: hoisted, so kernels keep fusing
+            self.plan.prelude.append(view)  # a view of an input or parameter: hoisted, so kernels keep fusing
         else:
             self.push(view, node.name)
-
-    # --- batch norm in inference: pointwise with per-channel parameters ----------------------
-
-    def add_batch_norm(self, node: Node) -> None:
-        x, weight, bias, mean, var, _momentum, eps = node.args
-        shape = self.values[x].shape
-        replaced = node.kwargs["replaces"]  # x's reader is now the first op below
-        self.graph.consumers[x] = [f"{node.name}_0" if c == replaced else c for c in self.graph.consumers.get(x, [])]
-        params = [self.channel_view(p, len(shape)) for p in (mean, var, weight, bias)]
-        steps = [("sub", [x, params[0]], {}), ("bn_scale", [None, params[1]], {"eps": float(eps)})]
-        steps += [("mul", [None, params[2]], {})] if weight else []
-        steps += [("add", [None, params[3]], {"alpha": 1.0})] if bias else []
-        previous = None
-        for i, (op_name, args, attrs) in enumerate(steps):
-            name = node.name if i == len(steps) - 1 else f"{node.name}_{i}"
-            args = [previous if a is None else a for a in args]
-            self.values[name] = Value(name, shape)
-            if i < len(steps) - 1:
-                self.graph.consumers[name] = [f"{node.name}_{i + 1}" if i + 1 < len(steps) - 1 else node.name]
-            self.add_op(Node(name, op_name, args, {}, shape, FLOAT), Op(op_name, args, name, attrs))
-            previous = name
-
-    def channel_view(self, param: str | None, rank: int) -> str | None:
-        """A [C] parameter as [C, 1, ...] so that it broadcasts along dim 1 of the input."""
-        if param is None or rank <= 2:
-            return param
-        value = self.values[param]
-        name = f"{param}_as_channels"
-        shape = (value.shape[0],) + (1,) * (rank - 2)
-        self.values[name] = Value(name, shape)
-        self.prelude.append(ViewStep(self.values[name], f"{{x}}.view({', '.join(map(str, shape))})", param, "view"))
-        return name
 
     # --- bookkeeping -----------------------------------------------------------------------
 
@@ -321,35 +294,12 @@ class Partitioner:
         self.own(produced, len(self.steps) - 1)
 
     def own(self, name: str, index: int) -> None:
-        """`name` is made by step `index`. Its layout is the generated code's, not eager's: a kernel
-        writes its outputs dense, and a view of one is as contiguous as that view of a dense tensor
-        (eager's `(x.t() * 2).t()` is contiguous, ours is not)."""
+        """`name` is made by step `index`, laid out as the generated code lays it out (layout.py)."""
         self.owner[name] = index
-        if isinstance(self.steps[index], Group):
-            self.values[name].contiguous = True
-        else:
-            self.values[name].contiguous = self.contiguous_view(name)
-
-    def contiguous_view(self, name: str) -> bool:
-        try:
-            return self.layout(name).is_contiguous()
-        except Exception:  # noqa: BLE001  (a view meta tensors cannot replay: read it through strides)
-            return False
-
-    def layout(self, name: str) -> torch.Tensor:
-        """A meta tensor laid out as the generated forward lays out the value `name` (owned)."""
-        step = self.steps[self.owner[name]]
-        if isinstance(step, ViewStep):
-            return eval(step.expr.format(x="source"), {"source": self.layout(step.source), "torch": torch})
-        return torch.empty(self.values[name].shape, device="meta")
+        self.values[name].contiguous = layout.contiguous(self.plan, name)
 
     def new_name(self, kind: str) -> str:
         return f"k{sum(isinstance(s, Group) for s in self.steps)}_{kind}"
-
-    def add_inputs(self, group: Group, names: list[str]) -> None:
-        for name in names:
-            if all(v.name != name for v in group.inputs):
-                group.inputs.append(self.values[name])
 
     def bool_input(self, name: str, node: Node) -> bool:
         """A bool tensor from outside (an input, a buffer) read by a float op: torch promotes it
@@ -366,8 +316,7 @@ class Partitioner:
     def mark_outputs(self) -> None:
         """A value leaves its kernel when another kernel takes it as an input, a view between
         kernels reads it, or forward returns it."""
-        read = {v.name for s in self.steps if isinstance(s, Group) for v in s.inputs}
-        read |= {s.source for s in self.steps if isinstance(s, ViewStep)} | set(self.graph.outputs)
+        read = self.plan.read_across_steps()
         for name, index in self.owner.items():
             step = self.steps[index]
             if isinstance(step, Group) and name in read:
@@ -375,38 +324,3 @@ class Partitioner:
         for name in self.graph.outputs:
             if name not in self.owner:
                 raise Unsupported("forward returns one of its inputs or parameters unchanged")
-
-
-def _fold_multi_output(nodes: list[Node]) -> list[Node]:
-    """max.dim / min.dim and their getitems -> amax/argmax (amin/argmin) nodes."""
-    multi = {n.name: n for n in nodes if n.target in ("max.dim", "min.dim", BATCH_NORM) + MAX_POOLS}
-    folded = []
-    for node in nodes:
-        if node.name in multi:
-            continue
-        if node.target == "getitem" and node.args[0] in multi and multi[node.args[0]].target == BATCH_NORM:
-            if node.args[1] != 0:
-                raise Unsupported("batch norm statistics as outputs")
-            source = multi[node.args[0]]
-            folded.append(Node(node.name, BATCH_NORM, source.args, {"replaces": source.name}, node.shape, node.dtype))
-            continue
-        if node.target == "getitem" and node.args[0] in multi and multi[node.args[0]].target in MAX_POOLS:
-            if node.args[1] != 0:
-                raise Unsupported("max pooling's indices as values")
-            folded.append(Node(node.name, "max_pool", multi[node.args[0]].args, {}, node.shape, node.dtype))
-            continue
-        if node.target == "getitem" and node.args[0] in multi:
-            source = multi[node.args[0]]
-            which = ("amax" if source.target == "max.dim" else "amin") if node.args[1] == 0 else \
-                ("argmax" if source.target == "max.dim" else "argmin")
-            dim, keep = source.args[1], source.args[2] if len(source.args) > 2 else False
-            args = [source.args[0], [dim], keep] if which in ("amax", "amin") else [source.args[0], dim, keep]
-            node = Node(node.name, f"{which}.default", args, {}, node.shape,
-                        "int64" if which.startswith("arg") else node.dtype, node.contiguous)
-        folded.append(node)
-    return folded
-
-
-def plan(graph: Graph) -> Plan:
-    """KERNELSMITH_REMAT=0 keeps every intermediate in memory (to measure what recomputing gains)."""
-    return Partitioner(graph, remat=os.environ.get("KERNELSMITH_REMAT", "1") != "0").run()

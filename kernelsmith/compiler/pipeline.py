@@ -1,4 +1,5 @@
-"""From a task file to files on disk: capture, partition, and a kernel per group for the device."""
+"""From a task file to the files of its kernels: capture, rewrite and partition the graph, then a
+kernel per group for the device."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelsmith.compiler import emit
-from kernelsmith.compiler.graph import CaptureError, capture
+from kernelsmith.compiler.capture import capture
+from kernelsmith.compiler.graph import CaptureError
 from kernelsmith.compiler.ir import Plan
 from kernelsmith.compiler.lowering import Unsupported
 from kernelsmith.compiler.partition import plan as partition

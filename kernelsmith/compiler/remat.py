@@ -15,18 +15,18 @@ from __future__ import annotations
 from copy import deepcopy
 from math import prod
 
-from kernelsmith.compiler.ir import FULL_SHAPE_REDUCTIONS, Group, Op, PointwiseGroup, ReductionGroup, ViewStep
+from kernelsmith.compiler.ir import FULL_SHAPE_REDUCTIONS, Group, Op, Plan, PointwiseGroup, ReductionGroup
 
 MAX_CHAIN = 32  # ops recomputed into one kernel; pointwise ops are cheap next to a full-size read
 ARG_REDUCTIONS = ("argmax", "argmin")
 
 
-def rematerialize(p) -> None:
-    """p: a Partitioner whose steps are complete (before its outputs are marked)."""
-    for step in p.steps:
+def rematerialize(plan: Plan) -> None:
+    """plan: its steps complete and its `owner` and `reduced` filled in, its outputs not marked yet."""
+    for step in plan.steps:
         if isinstance(step, (PointwiseGroup, ReductionGroup)):
-            _absorb(p, step)
-    while _drop_dead_ops(p):
+            _absorb(plan, step)
+    while _drop_dead_ops(plan):
         pass
 
 
@@ -43,14 +43,14 @@ def _space(group: Group) -> tuple[int, ...]:
     return group.shape if isinstance(group, PointwiseGroup) else group.in_shape
 
 
-def _absorb(p, group: Group) -> None:
+def _absorb(plan: Plan, group: Group) -> None:
     """Recompute in `group` the full-size inputs that an earlier kernel made, when that pays."""
     space, reduced_reads = _space(group), _read_at_reduced_shape(group)
     chains = {}
     for value in group.inputs:
         if value.name in reduced_reads:
             continue  # (possible when the reduced dims have size 1) the epilogue has no prologue values
-        chain = _chain(p, value.name, space)
+        chain = _chain(plan, value.name, space)
         if chain is not None:
             chains[value.name] = chain
     if not chains:
@@ -59,7 +59,7 @@ def _absorb(p, group: Group) -> None:
     made = {op.out for op in ops}
     needs = [n for chain in chains.values() for n in chain[1] if n not in made]
     have = {v.name for v in group.inputs}
-    new_full = {n for n in needs if n not in have and _full(p, n, space)}
+    new_full = {n for n in needs if n not in have and _full(plan, n, space)}
     if len(new_full) > len(chains) or len(ops) > MAX_CHAIN:
         return
     front = [deepcopy(op) for op in ops]
@@ -68,7 +68,7 @@ def _absorb(p, group: Group) -> None:
     else:
         group.prologue[:0] = front
     group.inputs[:] = [v for v in group.inputs if v.name not in made]
-    p.add_inputs(group, list(dict.fromkeys(needs)))
+    plan.add_inputs(group, list(dict.fromkeys(needs)))
 
 
 def _read_at_reduced_shape(group: Group) -> set[str]:
@@ -77,17 +77,17 @@ def _read_at_reduced_shape(group: Group) -> set[str]:
     return set()
 
 
-def _chain(p, name: str, space: tuple) -> tuple[list[Op], list[str]] | None:
+def _chain(plan: Plan, name: str, space: tuple) -> tuple[list[Op], list[str]] | None:
     """(the ops that make `name` in its kernel, the values they read from memory), or None when
     `name` is not a recomputable full-size value of an earlier pointwise or reduction kernel."""
-    owner = p.owner.get(name)
-    if owner is None or tuple(p.values[name].shape) != tuple(space):
+    owner = plan.owner.get(name)
+    if owner is None or tuple(plan.values[name].shape) != tuple(space):
         return None
-    group = p.steps[owner]
+    group = plan.steps[owner]
     if not isinstance(group, (PointwiseGroup, ReductionGroup)) or _space(group) != tuple(space):
         return None
     ops, needs = [], []
-    return (ops, needs) if _collect(p, owner, group, name, ops, needs, set()) else None
+    return (ops, needs) if _collect(plan, owner, group, name, ops, needs, set()) else None
 
 
 def _recomputable_ops(group: Group) -> list[Op]:
@@ -98,25 +98,25 @@ def _recomputable_ops(group: Group) -> list[Op]:
     return group.prologue + ([] if group.reduce in FULL_SHAPE_REDUCTIONS else group.broadcast_epilogue)
 
 
-def _small_results(p, owner: int, group: Group) -> set[str]:
+def _small_results(plan: Plan, owner: int, group: Group) -> set[str]:
     """The reduced-shape values of a reduction kernel, which it can write at little cost."""
     if isinstance(group, ReductionGroup) and group.reduce not in FULL_SHAPE_REDUCTIONS + ARG_REDUCTIONS:
-        return p.reduced.get(owner, set())
+        return plan.reduced.get(owner, set())
     return set()
 
 
-def _collect(p, owner: int, group: Group, name: str, ops: list, needs: list, seen: set) -> bool:
+def _collect(plan: Plan, owner: int, group: Group, name: str, ops: list, needs: list, seen: set) -> bool:
     if name in seen:
         return True
     seen.add(name)
-    if p.owner.get(name) != owner or name in _small_results(p, owner, group):
+    if plan.owner.get(name) != owner or name in _small_results(plan, owner, group):
         needs.append(name)  # in memory before this kernel, or a reduced result it writes
         return True
     op = next((o for o in _recomputable_ops(group) if o.out == name), None)
     if op is None or len(ops) >= MAX_CHAIN:
         return False
     for arg in op.tensor_args():
-        if not _collect(p, owner, group, arg, ops, needs, seen):
+        if not _collect(plan, owner, group, arg, ops, needs, seen):
             return False
     ops.append(op)
     return True
@@ -137,23 +137,17 @@ def _ordered(ops) -> list[Op]:
     return ordered
 
 
-def _full(p, name: str, space: tuple) -> bool:
-    value = p.values[name]
+def _full(plan: Plan, name: str, space: tuple) -> bool:
+    value = plan.values[name]
     return not value.scalar and prod(value.shape) == prod(space)
 
 
 # --- dead ops ------------------------------------------------------------------------------------
 
-def _read_outside(p) -> set[str]:
-    read = {v.name for s in p.steps if isinstance(s, Group) for v in s.inputs}
-    read |= {s.source for s in p.steps if isinstance(s, ViewStep)}
-    return read | set(p.graph.outputs)
-
-
-def _drop_dead_ops(p) -> bool:
+def _drop_dead_ops(plan: Plan) -> bool:
     """Ops whose result nothing reads any more, and inputs no op reads; True when any went."""
-    read, changed = _read_outside(p), False
-    for step in p.steps:
+    read, changed = plan.read_across_steps(), False
+    for step in plan.steps:
         if isinstance(step, (PointwiseGroup, ReductionGroup)):
             own = {v.name for v in step.inputs}  # read by this kernel itself: live only if its live ops read them
             changed |= _drop_dead(step, read - own)

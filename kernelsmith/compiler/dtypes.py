@@ -1,0 +1,13 @@
+"""The graph's dtype names, by torch dtype."""
+
+from __future__ import annotations
+
+import torch
+
+DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+          torch.int64: "int64", torch.int32: "int32", torch.bool: "bool", torch.float64: "float64"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Its name in the graph; a dtype the compiler has no name for keeps torch's ("torch.uint8")."""
+    return DTYPES.get(dtype, str(dtype))
