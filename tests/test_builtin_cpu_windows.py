@@ -43,6 +43,12 @@ CASES = {  # module, input shape
     "literal_min": ("LiteralMin()", (3, 40)),
     # torch.cat of a conv, a pooled and an activated branch and the input again (an inception module)
     "cat": ("Inception()", (2, 3, 6, 5)),
+    # pointwise runs (cpu/elementwise.py): a row bias read contiguously along the run, a per-channel scale
+    # broadcast over the run, a permuted input read through its stride, a run of several dims
+    "row_bias_gelu": ("RowBiasGelu(33)", (70, 33)),
+    "channel_scale": ("ChannelScale(3)", (2, 3, 5, 7)),
+    "permuted": ("Permuted()", (3, 40, 6)),
+    "dense_3d": ("nn.GELU()", (4, 16, 32)),
 }
 
 MODULES = """
@@ -103,6 +109,29 @@ class LiteralMin(nn.Module):
     def forward(self, x):
         x = torch.min(x + 0.5, torch.tensor(0.25, device=x.device))
         return torch.nn.functional.gelu(x) * torch.tensor(2.0, device=x.device)
+
+
+class RowBiasGelu(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x + self.bias) * 1.7
+
+
+class ChannelScale(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.register_buffer("scale", torch.randn(c, 1, 1))
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x * self.scale - 0.5)
+
+
+class Permuted(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x.permute(0, 2, 1) * 3.0)
 
 
 class Scaled(nn.Module):
@@ -239,3 +268,41 @@ def _assert_scan_close(name: str, config: int, module, x: torch.Tensor, got: tor
     assert float(((torch.tanh(module(x)) * 2.0).double() - exact).abs().div(allowed).max()) <= 1.0
     off_by_a_term = torch.tanh(torch.cumsum(terms.double(), dim) + terms.double().abs().max()) * 2.0
     assert float((off_by_a_term - exact).abs().div(allowed).max()) > 100
+
+
+def test_the_cpu_targets_own_exp_and_erf_match_libm_at_the_edges(tmp_path):
+    """ks_expf and ks_erff (text/header.h) replace libm's calls so that loops vectorise: they must still give
+    inf on overflow, 0 on underflow, keep NaN, and be within fp32 rounding of torch everywhere in between."""
+    task = tmp_path / "edges" / "model.py"
+    task.parent.mkdir()
+    task.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.exp(x) + torch.sigmoid(x) + torch.erf(x) * 3.0
+
+        def get_inputs():
+            return [torch.randn(4, 1024)]
+
+        def get_init_inputs():
+            return []
+    """))
+    plan = build_plan(task, "cpu", "fp32")
+    source = "\n".join(text for g in plan.plan.groups() for text in cpu.generate(g, plan.plan.values).files.values())
+    assert "ks_expf(" in source and "ks_erff(" in source and "erff(" not in source.replace("ks_erff(", "")
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "edges.cpp").write_text(source)
+    result = build.build(tmp_path / "kernels", "cpu", build_dir=tmp_path / "build")
+    assert result.ok, result.summary
+    ext = build.import_extension(result.so_path, result.name)
+    edges = torch.tensor([float("nan"), float("inf"), -float("inf"), 88.72, 88.73, 89.0, -87.3, -87.4, -100.0, 0.0,
+                          1e-30, -1e-30, 3.99, 4.01, -4.01, 20.0, -20.0])
+    torch.manual_seed(0)
+    x = torch.cat([edges, torch.linspace(-90, 90, 4096 - len(edges) - 1000), torch.randn(1000) * 3]).reshape(4, 1024)
+    expected = torch.exp(x) + torch.sigmoid(x) + torch.erf(x) * 3.0
+    for config in range(len(plan.variants[0])):
+        got = _run(ext, plan.plan, {plan.plan.inputs[0].name: x}, config)
+        torch.testing.assert_close(got, expected, rtol=2e-6, atol=2e-6, equal_nan=True,
+                                   msg=lambda m: f"variant {config}: {m}")

@@ -132,7 +132,9 @@ def compile_flags(device: str, fast_math: bool, cublas: bool = False, cudnn: boo
     ldflags: list[str] = []
     cuda_flags: list[str] = []
     if device == "cpu":
-        cflags += ["-fopenmp", "-march=native"]
+        # -fno-trapping-math: results stay IEEE's, only floating-point exception flags may differ; without it
+        # GCC will not vectorise a loop with a select on floats (a clamp, an overflow to inf), as in ks_expf
+        cflags += ["-fopenmp", "-march=native", "-fno-trapping-math"]
         ldflags += ["-fopenmp"]
     else:
         cuda_flags = ["-O3", "-std=c++17", "-lineinfo", "--expt-relaxed-constexpr"]

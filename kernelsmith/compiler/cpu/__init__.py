@@ -17,13 +17,19 @@ from kernelsmith.compiler.ir import (SCANS, CatGroup, ConvGroup, GemmGroup, Gene
 
 def generate(group: Group, values: dict[str, Value]) -> Generated:
     """The C++ source of one group (`values`: the same signature as the CUDA target's)."""
-    source = "\n".join([header(), _kernel(group), binding(group)])
-    return Generated({f"{group.name}.cpp": source}, group.name, [name for name, _ in SCHEDULES])
+    kernel, variants = _kernel(group)
+    source = "\n".join([header(), kernel, binding(group)])
+    return Generated({f"{group.name}.cpp": source}, group.name, variants)
 
 
-def _kernel(group: Group) -> str:
+def _kernel(group: Group) -> tuple[str, list[str]]:
+    """The kernel's C++ and the names of its launch variants (what `config` selects)."""
     if isinstance(group, PointwiseGroup):
         return pointwise(group)
+    return _looped(group), [name for name, _ in SCHEDULES]
+
+
+def _looped(group: Group) -> str:
     if isinstance(group, ReductionGroup):
         return scan(group) if group.reduce in SCANS else reduction(group)
     if isinstance(group, GemmGroup):

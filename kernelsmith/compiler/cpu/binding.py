@@ -66,6 +66,8 @@ def _input_checks(name: str, i: int, value: Value, space) -> list[str]:
         dims = ", ".join(str(s) for s in space)
         lines += [f"  {{ auto e = in{i}.expand({{{dims}}}); for (int64_t d = 0; d < e.dim(); ++d) "
                   f"st{i}.s[d] = e.stride(d); }}"]
+        if value.contiguous:  # a pointwise run reads it as contiguous memory along its trailing dims
+            lines.append(f'  TORCH_CHECK(in{i}.is_contiguous(), "{name}: input {i} ({value.name}) must be contiguous");')
     elif access.mode == "dense":
         lines.append(f'  TORCH_CHECK(in{i}.is_contiguous(), "{name}: input {i} ({value.name}) must be contiguous");')
     return lines

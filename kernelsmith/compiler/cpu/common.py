@@ -4,12 +4,24 @@ function per schedule with a dispatcher on `config`."""
 from __future__ import annotations
 
 from kernelsmith.compiler import text
+from kernelsmith.compiler.cstyle import ops
 from kernelsmith.compiler.cstyle.access import access_for, broadcastable
 from kernelsmith.compiler.ir import Group, ReductionGroup, Value
 
 SCHEDULES = [("omp static", "#pragma omp parallel for schedule(static)"),
              ("omp dynamic, chunks of 16", "#pragma omp parallel for schedule(dynamic, 16)"),
              ("one thread", "")]
+
+
+# libm's erff and expf are scalar calls that stop a loop from vectorising; text/header.h's ks_erff (a rational
+# approximation, at most 4.2e-7 from erf) and ks_expf (Cephes's, 8.5e-8 relative) are branch-free and vectorise
+# with the loop around them. sigmoid, silu, elu's and softplus's exp go through ks_expf.
+MATH = {"erff": "ks_erff", "expf": "ks_expf"}
+
+
+def body_lines(body, names: dict[str, str], indent: str = "    ") -> list[str]:
+    """cstyle's ops as C++ lines with the CPU target's own math functions."""
+    return ops.body_lines(body, names, indent, MATH)
 
 
 def header() -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernelsmith.compiler.cpu.common import loads, variants
+from kernelsmith.compiler.cpu.common import body_lines, loads, variants
 from kernelsmith.compiler.cstyle import ops
 from kernelsmith.compiler.ir import GemmGroup
 
@@ -16,7 +16,7 @@ def gemm(group: GemmGroup) -> str:
     names = {group.result: "acc"}
     others = [v.name for v in group.inputs if v.name not in (group.a, group.b, group.bias)]
     flat = f"((bt * {m}LL + row) * {n}LL + j)"
-    epilogue = loads(group, group.out_shape, flat, names, only=others) + ops.body_lines(group.epilogue, names)
+    epilogue = loads(group, group.out_shape, flat, names, only=others) + body_lines(group.epilogue, names)
     stores = [f"    out{j}[{flat}] = {names[o.name]};" for j, o in enumerate(group.outputs)]
     batch_a = f"bt * {m * k}LL + " if group.batch > 1 else ""
     batch_b = f"bt * {k * n}LL + " if group.batch > 1 else ""

@@ -3,8 +3,7 @@ the reduced range walked in order inside, the pointwise work around it fused in.
 
 from __future__ import annotations
 
-from kernelsmith.compiler.cpu.common import broadcasts, loads, row_loop, variants
-from kernelsmith.compiler.cstyle import ops
+from kernelsmith.compiler.cpu.common import body_lines, broadcasts, loads, row_loop, variants
 from kernelsmith.compiler.ir import FULL_SHAPE_REDUCTIONS, ReductionGroup
 
 INIT = {"sum": "0.0f", "mean": "0.0f", "norm2": "0.0f", "amax": "-INFINITY", "amin": "INFINITY",
@@ -31,7 +30,7 @@ def scan(group: ReductionGroup) -> str:
     names: dict[str, str] = {}
     first, x = _row_prologue(group, element, names)
     names[group.result] = f"v_{group.result}"
-    after = ops.body_lines(group.epilogue, names)
+    after = body_lines(group.epilogue, names)
     stores = [f"    out{j}[{element}] = {names[o.name]};" for j, o in enumerate(group.outputs)]
     lines = ["    float acc = 0.0f;", f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"]
     lines += [f"  {ln}" for ln in first + [f"    acc += {x};", f"    const float v_{group.result} = acc;"]
@@ -50,7 +49,7 @@ def _row_prologue(group: ReductionGroup, element: str, names: dict[str, str] | N
     names = {} if names is None else names
     full = [v.name for v in group.inputs if broadcasts(v, group.in_shape)]
     lines = loads(group, group.in_shape, element, names, only=full)
-    lines += ops.body_lines(group.prologue, names)
+    lines += body_lines(group.prologue, names)
     return lines, names.get(group.operand, group.operand)
 
 
@@ -86,7 +85,7 @@ def _finish_reduced(group: ReductionGroup) -> tuple[list[str], dict[str, str]]:
     used = {a for op in group.epilogue for a in op.tensor_args()}
     reduced_inputs = [v.name for v in group.inputs if v.name in used and broadcasts(v, group.result_shape)]
     lines += loads(group, group.result_shape, "row", names, only=reduced_inputs)
-    lines += ops.body_lines(group.epilogue, names)
+    lines += body_lines(group.epilogue, names)
     group_reduced = {group.result} | {op.out for op in group.epilogue}
     lines += [f"    out{j}[row] = {names[o.name]};" for j, o in enumerate(group.outputs) if o.name in group_reduced]
     return lines, {k: v for k, v in names.items() if k in group_reduced}
@@ -100,13 +99,13 @@ def _second_pass(group: ReductionGroup, element: str, reduced_names: dict[str, s
     names = dict(reduced_names)
     full = [v.name for v in group.inputs if broadcasts(v, group.in_shape)]
     lines = loads(group, group.in_shape, element, names, only=full)
-    lines += ops.body_lines(group.prologue, names)
+    lines += body_lines(group.prologue, names)
     if group.reduce in FULL_SHAPE_REDUCTIONS:
         x = names.get(group.operand, group.operand)
         value = f"(expf({x} - m) / s)" if group.reduce == "softmax" else f"({x} - m - logf(s))"
         lines.append(f"    const float v_{group.result} = {value};")
         names[group.result] = f"v_{group.result}"
-        lines += ops.body_lines(group.epilogue, names)
-    lines += ops.body_lines(group.broadcast_epilogue, names)
+        lines += body_lines(group.epilogue, names)
+    lines += body_lines(group.broadcast_epilogue, names)
     lines += [f"    out{j}[{element}] = {names[o.name]};" for j, o in full_outputs]
     return [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in lines] + ["    }"]

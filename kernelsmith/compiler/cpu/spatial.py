@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from math import prod
 
-from kernelsmith.compiler.cpu.common import loads, variants
-from kernelsmith.compiler.cstyle import ops, window
+from kernelsmith.compiler.cpu.common import body_lines, loads, variants
+from kernelsmith.compiler.cstyle import window
 from kernelsmith.compiler.ir import CatGroup, ConvGroup, PoolGroup
 
 
@@ -42,7 +42,7 @@ def _per_output(group, compute: list[str], result: str, operands: tuple[str, ...
     names = {group.result: result}
     others = [v.name for v in group.inputs if v.name not in operands]
     body = [f"    {line}" for line in window.decode("flat", group.out_shape)] + compute
-    body += loads(group, group.out_shape, "flat", names, only=others) + ops.body_lines(group.epilogue, names)
+    body += loads(group, group.out_shape, "flat", names, only=others) + body_lines(group.epilogue, names)
     body += [f"    out{j}[flat] = {names[o.name]};" for j, o in enumerate(group.outputs)]
     return _flat_loop(group, body)
 

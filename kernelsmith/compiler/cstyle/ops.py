@@ -7,6 +7,8 @@ with these names both in CUDA device code and in C++ <cmath>.
 
 from __future__ import annotations
 
+import re
+
 from kernelsmith.compiler.ir import Op
 
 INV_SQRT2 = "0.70710678118654752f"
@@ -88,12 +90,17 @@ def arg_expr(arg, names: dict[str, str]) -> str:
     return literal(arg) if not isinstance(arg, str) else names[arg]
 
 
-def body_lines(ops: list[Op], names: dict[str, str], indent: str = "    ") -> list[str]:
+def body_lines(ops: list[Op], names: dict[str, str], indent: str = "    ",
+               math: dict[str, str] | None = None) -> list[str]:
     """`const float vN = ...;` for each op in order; `names` maps value names to C variables
-    (inputs already loaded) and is extended with each op's result."""
+    (inputs already loaded) and is extended with each op's result. `math` renames math functions for a
+    target with its own versions (the CPU's vectorisable erff)."""
     lines = []
     for op in ops:
         var = f"v_{op.out}"
-        lines.append(f"{indent}const float {var} = {render(op, [arg_expr(a, names) for a in op.args])};")
+        expr = render(op, [arg_expr(a, names) for a in op.args])
+        for function, replacement in (math or {}).items():
+            expr = re.sub(rf"\b{function}\(", f"{replacement}(", expr)
+        lines.append(f"{indent}const float {var} = {expr};")
         names[op.out] = var
     return lines
