@@ -120,3 +120,26 @@ def test_the_command_trains_a_critic_and_refuses_bad_input_in_one_line(tiny_mode
                        (["--data", str(tmp_path / "absent.jsonl")], "no trajectory file")]:
         again = subprocess.run(cli + args + bad, capture_output=True, text=True, timeout=120)
         assert again.returncode == 2 and words in again.stderr and "Traceback" not in again.stderr, again.stderr
+
+
+def test_training_mode_recomputes_activations_and_gives_the_same_gradients(tmp_path):
+    """for_training turns on gradient checkpointing (long trajectories do not fit otherwise); the gradients must
+    be those of the plain backward."""
+    import torch
+    from kernelsmith.train import critic as critics
+    from tinymodels import tiny_llama
+
+    folder = tiny_llama(tmp_path / "m", vocab_size=64)
+    ids = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    grads = []
+    for checkpointed in (False, True):
+        critic = critics.from_causal_lm(folder)
+        torch.manual_seed(1)
+        torch.nn.init.normal_(critic.head.weight)  # a zero head passes no gradient to the body
+        if checkpointed:
+            critics.for_training(critic)
+            assert critic.body.is_gradient_checkpointing and critic.training
+        critic(ids, mask).square().sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in critic.body.parameters() if p.grad is not None]))
+    assert grads[0].abs().max() > 0 and torch.allclose(grads[0], grads[1], atol=1e-6)

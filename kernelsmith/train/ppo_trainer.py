@@ -225,6 +225,8 @@ def load_learner(plan: PpoPlan, device: str) -> Learner:
 
     policy = AutoModelForCausalLM.from_pretrained(str(plan.out / "policy"), local_files_only=True).to(device)
     critic = critics.load(plan.out / "critic").to(device)
+    critics.for_training(policy)
+    critics.for_training(critic)
     optimizers = (torch.optim.AdamW(policy.parameters(), lr=plan.config.lr),
                   torch.optim.AdamW(critic.parameters(), lr=plan.config.critic_lr))
     saved = plan.out / "optimizers.pt"

@@ -109,6 +109,7 @@ def train(rows: list[dict], model: Path, out: Path, cfg: ValueConfig, device: st
     """Train a critic from `model` (a causal LM checkpoint, or a critic to go on from) on `rows`."""
     torch.manual_seed(cfg.seed)
     critic = (critics.load(model) if critics.is_critic(model) else critics.from_causal_lm(model)).to(device)
+    critics.for_training(critic)
     optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.lr)
     pad_id = getattr(critic.body.config, "pad_token_id", None) or 0
     rng, total = random.Random(cfg.seed), math.ceil(len(rows) / cfg.batch_size) * cfg.epochs
