@@ -1,6 +1,6 @@
 """The built-in policy's CUDA kernels on a GPU. Run on the device.
 
-Every case of tests/test_builtin_cuda.py is generated into one kernels/ folder, built once
+Every case of tests/test_builtin_cuda_gen.py is generated into one kernels/ folder, built once
 with the harness's build (as kernelsmith.ext does), and each launch variant is compared with
 torch computing the same thing in fp32.
 """
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.gpu,
 from kernelsmith.compiler import cuda  # noqa: E402
 from kernelsmith.harness import build  # noqa: E402
 
-CASES_FILE = Path(__file__).resolve().parents[1] / "test_builtin_cuda.py"
+CASES_FILE = Path(__file__).resolve().parents[1] / "test_builtin_cuda_gen.py"
 
 
 def _load_cases():
