@@ -49,6 +49,9 @@ CASES = {  # module, input shape
     "channel_scale": ("ChannelScale(3)", (2, 3, 5, 7)),
     "permuted": ("Permuted()", (3, 40, 6)),
     "dense_3d": ("nn.GELU()", (4, 16, 32)),
+    # LayerNorm (compiler/decompositions.py): over the last dim, and over two trailing dims with no affine
+    "layer_norm": ("RandomLayerNorm(7)", (3, 5, 7)),
+    "layer_norm_2d": ("nn.LayerNorm((5, 4), elementwise_affine=False)", (2, 6, 5, 4)),
 }
 
 MODULES = """
@@ -132,6 +135,14 @@ class ChannelScale(nn.Module):
 class Permuted(nn.Module):
     def forward(self, x):
         return torch.nn.functional.gelu(x.permute(0, 2, 1) * 3.0)
+
+
+class RandomLayerNorm(nn.LayerNorm):
+    # weight and bias drawn, not ones and zeros: the affine step must show in the output
+    def __init__(self, n):
+        super().__init__(n)
+        nn.init.normal_(self.weight)
+        nn.init.normal_(self.bias)
 
 
 class Scaled(nn.Module):

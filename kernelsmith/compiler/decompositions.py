@@ -20,6 +20,7 @@ def decompositions() -> dict:
     table[aten._native_batch_norm_legit_functional.default] = _batch_norm_training
     table[aten._native_batch_norm_legit.no_stats] = _batch_norm_no_stats
     table[aten.native_group_norm.default] = _group_norm
+    table[aten.native_layer_norm.default] = _layer_norm
     return table
 
 
@@ -68,3 +69,15 @@ def _group_norm(x, weight, bias, n, channels, hw, groups, eps):
     grouped = x.view(n, groups, -1)
     y, mean, _var, rstd = _normalize(grouped, lambda t: t.mean(2, keepdim=True), eps)
     return _affine(y.view(x.shape), weight, bias), mean.view(n, groups), rstd.view(n, groups)
+
+
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    """Statistics over the trailing normalized dims, one adjacent range (flattened into one for the means)."""
+    axis = x.dim() - len(normalized_shape)
+    rows = x.reshape(list(x.shape[:axis]) + [-1]) if len(normalized_shape) != 1 else x
+    y, mean, _var, rstd = _normalize(rows, lambda t: t.mean(-1, keepdim=True), eps)
+    y = y.view(x.shape)
+    y = y * weight if weight is not None else y
+    y = y + bias if bias is not None else y
+    stats = list(x.shape[:axis]) + [1] * len(normalized_shape)
+    return y, mean.view(stats), rstd.view(stats)
