@@ -52,6 +52,10 @@ CASES = {  # module, input shape
     # LayerNorm (compiler/decompositions.py): over the last dim, and over two trailing dims with no affine
     "layer_norm": ("RandomLayerNorm(7)", (3, 5, 7)),
     "layer_norm_2d": ("nn.LayerNorm((5, 4), elementwise_affine=False)", (2, 6, 5, 4)),
+    # bools made in forward, computed as 0.0/1.0 inside one kernel: a negated mask into masked_fill and a
+    # softmax (the masked_row_softmax example), comparisons into where and into a product
+    "masked_softmax": ("MaskedSoftmax((3, 40))", (3, 40)),
+    "compare": ("Compare()", (4, 50)),
 }
 
 MODULES = """
@@ -143,6 +147,25 @@ class RandomLayerNorm(nn.LayerNorm):
         super().__init__(n)
         nn.init.normal_(self.weight)
         nn.init.normal_(self.bias)
+
+
+class MaskedSoftmax(nn.Module):
+    def __init__(self, shape):
+        super().__init__()
+        mask = torch.rand(shape) > 0.3
+        mask[:, 0] = True
+        self.register_buffer("mask", mask)
+
+    def forward(self, x):
+        return torch.softmax((x / 0.5).masked_fill(~self.mask, float("-inf")), dim=-1)
+
+
+class Compare(nn.Module):
+    # one chain, so every bool stays in its kernel (two independent chains would need a bool stored between
+    # kernels, which the partitioner refuses with its reason)
+    def forward(self, x):
+        y = x * 0.5
+        return torch.where(y > 0.15, y, y * 0.25) * (y <= 0.5) + (y != 0.0)
 
 
 class Scaled(nn.Module):

@@ -98,7 +98,9 @@ def test_views_between_kernels_run_in_python(tmp_path):
 
 @pytest.mark.parametrize("init, forward, inputs, why", [
     ("", "return torch.cumprod(x, dim=1)", "[torch.randn(4, 8)]", "cumprod"),
-    ("", "return x * (x > 0)", "[torch.randn(4, 8)]", "gt"),  # a bool made inside forward
+    # a bool made in forward that a second kernel would read (one chain keeps it inside: test_builtin_cpu_windows)
+    ("", "return torch.where(x > 0.3, x, x * 0.5) * (x <= 1.0) + (x == x)", "[torch.randn(4, 8)]",
+     "a bool made in forward, is needed outside its kernel"),
     ("self.pool = nn.MaxPool2d(2, return_indices=True)", "return self.pool(x)[1] * 1.0", "[torch.randn(1, 3, 8, 8)]",
      "indices"),
     ("", "return x.sum(dim=(0, 2))", "[torch.randn(4, 5, 6)]", "non-adjacent dims"),
@@ -438,3 +440,16 @@ def test_attribute_paths_that_are_not_plain_names_use_getattr():
     assert attribute_source("self", "net.0.weight") == "getattr(self.net, '0').weight"
     assert attribute_source("self", "blocks.class.bias") == "getattr(self.blocks, 'class').bias"  # a keyword
     assert attribute_source("self", "m.__w") == "getattr(self.m, '__w')"  # would be name-mangled in ModelNew
+
+
+def test_a_masked_fill_and_its_softmax_are_one_kernel_and_a_bool_is_never_stored(tmp_path):
+    """masked_row_softmax: ~mask (bitwise_not of a bool), masked_fill's where with the fill value inlined from
+    scalar_tensor, and the softmax fuse into one kernel, no bool stored; a comparison promoted in a product too."""
+    p = plan_of(tmp_path, "", "m = rest[0]\nreturn torch.softmax((x / 0.5).masked_fill(~m, float('-inf')), dim=-1)",
+                "[torch.randn(4, 32), torch.rand(4, 32) > 0.2]")
+    (group,) = p.groups()
+    assert isinstance(group, ReductionGroup) and group.reduce == "softmax"
+    assert set(names(group.prologue)) >= {"div", "logical_not", "where"}
+    assert all(v.dtype != "bool" for v in group.outputs)
+    (relu,) = plan_of(tmp_path, "", "return x * (x > 0)", "[torch.randn(4, 8)]").groups()  # a bool promoted in a product
+    assert names(relu.body) == ["gt", "mul"]

@@ -110,6 +110,15 @@ def _clamp(node, args):
     return Op("copy", args[:1], node.name)
 
 
+BOOL_RESULTS = {"logical_not", "eq", "ne", "gt", "ge", "lt", "le"}  # ops whose result is a bool tensor
+
+
+def _bool_not(node: Node, args: list) -> Op:
+    if node.dtype != "bool":
+        raise Unsupported(f"{node.target} of {node.dtype} (bitwise, not logical)")
+    return Op("logical_not", args[:1], node.name)
+
+
 def _clamp_one(field):
     def make(node, args):
         return Op(f"clamp_{field}", args[:1], node.name, {field: float(args[1])})
@@ -132,6 +141,10 @@ _SPECIAL_POINTWISE = {
     "softplus": _positional("softplus", ["beta", "threshold"], [1.0, 20.0]),
     "elu": _positional("elu", ["alpha", "scale", "input_scale"], [1.0, 1.0, 1.0]),
     "where": lambda node, args: Op("where", args[:3], node.name),
+    # bool results, 0.0 or 1.0 inside a kernel: a mask's negation, a comparison feeding `where`
+    "logical_not": lambda node, args: Op("logical_not", args[:1], node.name),
+    "bitwise_not": lambda node, args: _bool_not(node, args),
+    **{name: (lambda op: lambda node, args: Op(op, args[:2], node.name))(name) for name in ("eq", "ne", "gt", "ge", "lt", "le")},
     # not ATen: batch norm's (x - mean) / sqrt(var + eps), made by passes/batch_norm.py
     "bn_scale": lambda node, args: Op("bn_scale", args[:2], node.name, {"eps": node.kwargs["eps"]}),
 }

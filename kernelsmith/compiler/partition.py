@@ -82,7 +82,10 @@ class Partitioner:
 
     def add_pointwise(self, node: Node) -> None:
         op = lowering.pointwise_op(node)
-        self.require_float(node, [a for a in op.tensor_args() if not self.bool_input(a, node)])
+        if op.name in lowering.BOOL_RESULTS or op.name == "where":  # bools in and out, as 0.0/1.0 in the kernel
+            self.require_float_or_bool(node, op.tensor_args(), bool_result=op.name in lowering.BOOL_RESULTS)
+        else:
+            self.require_float(node, [a for a in op.tensor_args() if not self.bool_input(a, node)])
         last = len(self.steps) - 1
         internal = [a for a in op.tensor_args() if self.owner.get(a) == last]
         others = [a for a in op.tensor_args() if a not in internal]
@@ -302,10 +305,23 @@ class Partitioner:
         return f"k{sum(isinstance(s, Group) for s in self.steps)}_{kind}"
 
     def bool_input(self, name: str, node: Node) -> bool:
-        """A bool tensor from outside (an input, a buffer) read by a float op: torch promotes it
-        to 0.0 or 1.0, and the generators load it that way. Bool values made inside forward
-        (comparisons) are not supported yet."""
-        return self.values[name].dtype == "bool" and name not in self.owner and node.dtype == FLOAT
+        """A bool tensor read by a float op: torch promotes it to 0.0 or 1.0, and the generators load it (an
+        input, a buffer) or compute it (a comparison in the same kernel) that way."""
+        return self.values[name].dtype == "bool" and node.dtype == FLOAT
+
+    def require_storable(self, name: str) -> None:
+        """Kernels compute bools as 0.0/1.0 floats and store only floats (and argmax's int64)."""
+        if self.values[name].dtype == "bool":
+            raise Unsupported(f"{name}, a bool made in forward, is needed outside its kernel (a bool result is "
+                              "not stored yet)")
+
+    def require_float_or_bool(self, node: Node, args: list[str], bool_result: bool) -> None:
+        """A comparison, a logical not or a `where`: float or bool operands, a bool (or float) result. A bool made
+        here stays inside its kernel (mark_outputs refuses to store one)."""
+        wrong = [a for a in args if self.values[a].dtype not in (FLOAT, "bool")]
+        if wrong or node.dtype != ("bool" if bool_result else FLOAT):
+            dtype = self.values[wrong[0]].dtype if wrong else node.dtype
+            raise Unsupported(f"{node.target} on {dtype} (only float32 kernels are generated yet)")
 
     def require_float(self, node: Node, args: list[str], result_may_be_index: bool = False) -> None:
         wrong = [a for a in args if self.values[a].dtype != FLOAT]
@@ -320,6 +336,7 @@ class Partitioner:
         for name, index in self.owner.items():
             step = self.steps[index]
             if isinstance(step, Group) and name in read:
+                self.require_storable(name)
                 step.outputs.append(self.values[name])
         for name in self.graph.outputs:
             if name not in self.owner:

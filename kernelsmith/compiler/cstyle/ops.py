@@ -59,6 +59,13 @@ POINTWISE = {
     "hardsigmoid": "fminf(fmaxf({0} / 6.0f + 0.5f, 0.0f), 1.0f)",
     "hardswish": "({0} * fminf(fmaxf({0} + 3.0f, 0.0f), 6.0f) / 6.0f)",
     "where": "(({0} != 0.0f) ? {1} : {2})",
+    "logical_not": "(({0} == 0.0f) ? 1.0f : 0.0f)",  # a bool as 0.0 or 1.0, as bool inputs are loaded
+    "eq": "(({0} == {1}) ? 1.0f : 0.0f)",
+    "ne": "(({0} != {1}) ? 1.0f : 0.0f)",
+    "gt": "(({0} > {1}) ? 1.0f : 0.0f)",
+    "ge": "(({0} >= {1}) ? 1.0f : 0.0f)",
+    "lt": "(({0} < {1}) ? 1.0f : 0.0f)",
+    "le": "(({0} <= {1}) ? 1.0f : 0.0f)",
     "bn_scale": "({0} / sqrtf({1} + {eps}))",  # batch norm in inference: (x - mean) / sqrt(var + eps)
 }
 

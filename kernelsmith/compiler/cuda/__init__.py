@@ -46,13 +46,15 @@ def generate(group: Group, values: dict[str, Value]) -> Generated:
 
 
 def _check_dtypes(group: Group, values: dict[str, Value]) -> None:
-    """float32 everywhere, except the int64 result of argmax/argmin and bool inputs of pointwise ops."""
+    """float32 everywhere, except the int64 result of argmax/argmin, bool inputs of pointwise ops and bools
+    computed (as 0.0/1.0) and used inside the kernel."""
     index_result = group.result if isinstance(group, ReductionGroup) and group.reduce in ARG_REDUCTIONS else None
     computed = [values[op.out] for op in group.ops()] + [values[r] for r in [getattr(group, "result", None)] if r]
     bool_inputs = {v.name for v in group.inputs if v.dtype == "bool"} & used(group.ops())
+    stored = {v.name for v in group.outputs}
     for value in [*group.inputs, *group.outputs, *computed]:
         wanted = "int64" if value.name == index_result else "float32"
-        if value.name in bool_inputs:
-            continue
+        if value.name in bool_inputs or (value.dtype == "bool" and value in computed and value.name not in stored):
+            continue  # a bool read or computed as 0.0/1.0 inside the kernel
         if value.dtype != wanted:
             raise ValueError(f"{group.name}: {value.name} is {value.dtype}, unsupported (wanted {wanted})")

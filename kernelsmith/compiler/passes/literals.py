@@ -1,5 +1,6 @@
-"""Numbers forward makes as tensors (`torch.tensor(0.0, device=x.device)`), inlined into the
-nodes that read them, as if forward had written `torch.min(x, 0.0)`."""
+"""Numbers forward makes as tensors (`torch.tensor(0.0, device=x.device)`, and the `scalar_tensor` that
+masked_fill's decomposition makes of its fill value), inlined into the nodes that read them, as if forward
+had written `torch.min(x, 0.0)`."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def inline(nodes: list[Node], numbers: dict[str, float | int]) -> list[Node]:
     and becomes a number too (`numbers` learns it)."""
     kept = []
     for node in nodes:
+        if node.target == "scalar_tensor.default" and node.dtype in ("float32", "int64"):
+            numbers[node.name] = _scalar(node)  # masked_fill's fill value, as the decomposition makes it
+            continue
         names = set(reads(node))
         if not names & set(numbers):
             kept.append(node)
@@ -37,6 +41,11 @@ def inline(nodes: list[Node], numbers: dict[str, float | int]) -> list[Node]:
         node.kwargs = dict(zip(node.kwargs, _substitute(list(node.kwargs.values()), numbers)))
         kept.append(node)
     return kept
+
+
+def _scalar(node: Node) -> float | int:
+    value = node.args[0]
+    return int(value) if node.dtype == "int64" else float(value)
 
 
 def _fold(node: Node, numbers: dict[str, float | int]) -> float | int:
