@@ -315,6 +315,8 @@ def charge_unreported(result: EvalResult, extra_ms: float) -> None:
         return
     reported = result.timings_ms["candidate"]
     result.timings_ms.update({"candidate": reported + extra_ms, "candidate_reported": reported})
+    if result.spread_ms.get("candidate"):  # the charge is per timed run: the spread moves with the median
+        result.spread_ms["candidate"] = [t + extra_ms for t in result.spread_ms["candidate"]]
     result.speedup_vs_eager = result.timings_ms["eager"] / result.timings_ms["candidate"]
     result.notes.append(f"the parent's clock saw {extra_ms:.3g} ms per timed run beyond what the candidate's "
                         f"process reported (and beyond eager's harness work): charged to the candidate "
