@@ -69,10 +69,10 @@ def advantages(policy, reference, critic, batches: list[dict[str, Tensor]], cfg:
     """Old and reference log-probs, old values, advantages and returns of each micro-batch (no gradient).
     Advantages are whitened over the policy tokens of the whole step, as verl whitens its batch."""
     fixed = [_fixed(policy, reference, critic, batch, cfg) for batch in batches]
-    raw = torch.cat([f["advantages"][b["mask"].bool()] for f, b in zip(fixed, batches)])
-    mean, scale = raw.mean(), torch.rsqrt(raw.var(unbiased=True) + 1e-8) if raw.numel() > 1 else torch.ones(())
-    for f, b in zip(fixed, batches):
-        f["advantages"] = torch.where(b["mask"].bool(), (f["advantages"] - mean) * scale, 0.0)
+    flat = ppo.masked_whiten(torch.cat([f["advantages"].flatten() for f in fixed]),
+                             torch.cat([b["mask"].flatten() for b in batches]))
+    for f, b, whitened in zip(fixed, batches, flat.split([b["mask"].numel() for b in batches])):
+        f["advantages"] = torch.where(b["mask"].bool(), whitened.view_as(b["mask"]), 0.0)
     return fixed
 
 
