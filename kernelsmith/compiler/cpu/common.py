@@ -63,17 +63,20 @@ def loads(group: Group, space: tuple[int, ...], flat: str, names: dict[str, str]
 
 def variants(group: Group, loop_for) -> str:
     """One function per schedule, `loop_for(pragma)` its body, and a dispatcher on config."""
-    name, signature, call_args = group.name, params(group), _call_args(group)
-    out = []
-    for v, (_, pragma) in enumerate(SCHEDULES):
-        out.append(f"static void {name}_v{v}({signature}) {{\n{loop_for(pragma)}\n}}\n")
-    cases = "\n".join(f"    case {v}: {name}_v{v}({call_args}); break;" for v in range(len(SCHEDULES)))
+    return dispatched(group, [loop_for(pragma) for _, pragma in SCHEDULES])
+
+
+def dispatched(group: Group, bodies: list[str]) -> str:
+    """`<name>_v<i>` with each body, and `<name>_run(config, ...)` calling the one config names (0 otherwise)."""
+    name, signature, call_args = group.name, params(group), call_arguments(group)
+    out = [f"static void {name}_v{v}({signature}) {{\n{body}\n}}\n" for v, body in enumerate(bodies)]
+    cases = "\n".join(f"    case {v}: {name}_v{v}({call_args}); break;" for v in range(len(bodies)))
     out.append(f"static void {name}_run(int config, {signature}) {{\n  switch (config) {{\n{cases}\n"
                f"    default: {name}_v0({call_args});\n  }}\n}}\n")
     return "\n".join(out)
 
 
-def _call_args(group: Group) -> str:
+def call_arguments(group: Group) -> str:
     return ", ".join([f"in{i}, st{i}" for i in range(len(group.inputs))] +
                      [f"out{j}" for j in range(len(group.outputs))])
 

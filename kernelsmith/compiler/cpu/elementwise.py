@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from math import prod
 
-from kernelsmith.compiler.cpu.common import body_lines, params
+from kernelsmith.compiler.cpu.common import body_lines, call_arguments, dispatched, params
 from kernelsmith.compiler.cstyle.access import Access, access_for
 from kernelsmith.compiler.ir import PointwiseGroup, Value
 
@@ -89,16 +89,10 @@ def _load_line(i: int, value: Value, shape: tuple[int, ...], split: int, inner: 
 
 def _variants(group: PointwiseGroup, rows: int, inner: int) -> str:
     """One function per schedule and a dispatcher on config (the search tries each)."""
-    name, signature = group.name, params(group)
-    args = ", ".join([f"in{i}, st{i}" for i in range(len(group.inputs))] +
-                     [f"out{j}" for j in range(len(group.outputs))])
+    name, args = group.name, call_arguments(group)
     grain = max(1, GRAIN_ELEMENTS // inner)
     share = {
         "torch": f"  at::parallel_for(0, {rows}LL, {grain}, [&](int64_t r0, int64_t r1) {{ {name}_rows(r0, r1, {args}); }});",
         "omp": f"  #pragma omp parallel for schedule(static)\n  for (int64_t r = 0; r < {rows}LL; ++r) {name}_rows(r, r + 1, {args});",
         "serial": f"  {name}_rows(0, {rows}LL, {args});"}
-    out = [f"static void {name}_v{v}({signature}) {{\n{share[kind]}\n}}\n" for v, (_, kind) in enumerate(SCHEDULES)]
-    cases = "\n".join(f"    case {v}: {name}_v{v}({args}); break;" for v in range(len(SCHEDULES)))
-    out.append(f"static void {name}_run(int config, {signature}) {{\n  switch (config) {{\n{cases}\n"
-               f"    default: {name}_v0({args});\n  }}\n}}\n")
-    return "\n".join(out)
+    return dispatched(group, [share[kind] for _, kind in SCHEDULES])
