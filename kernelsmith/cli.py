@@ -844,12 +844,10 @@ def _with_device(settings):
 
 
 def _print_rollout(row: dict) -> None:
-    from rich.markup import escape
-
     from kernelsmith.console import console
+    from kernelsmith.train.progress import rollout_line
 
-    console.print(f"rollout {escape(Path(row.get('task', '')).stem)} run {row.get('run')}: "
-                  f"{row.get('status')} reward {row.get('reward')}", soft_wrap=True)
+    console.print(rollout_line(row), soft_wrap=True)
 
 
 def _print_training(row: dict) -> None:

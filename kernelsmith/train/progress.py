@@ -34,8 +34,7 @@ class TrainProgress:
             self.rewards.append(float(reward))
         mean = f"mean reward {sum(self.rewards) / len(self.rewards):.2f}" if self.rewards else ""
         self.bar.update(self.rollouts, advance=1, description=mean)
-        self.bar.console.print(f"rollout {escape(Path(str(row.get('task', ''))).stem)} run {row.get('run')}: "
-                               f"{row.get('status')} reward {reward}", soft_wrap=True)
+        self.bar.console.print(rollout_line(row), soft_wrap=True)
 
     def on_step(self, row: dict) -> None:
         line = metrics_line(row)
@@ -43,6 +42,12 @@ class TrainProgress:
         self.bar.reset(self.rollouts)
         self.rewards.clear()
         self.bar.console.print(f"step {row['step']}/{row['of']}: {line}", soft_wrap=True)
+
+
+def rollout_line(row: dict) -> str:
+    """One finished rollout session (a bench row), as Rich text."""
+    return (f"rollout {escape(Path(str(row.get('task', ''))).stem)} run {row.get('run')}: "
+            f"{row.get('status')} reward {row.get('reward')}")
 
 
 def metrics_line(row: dict) -> str:
