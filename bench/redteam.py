@@ -142,6 +142,14 @@ _profile.InputPool.next = _next_and_answer
         ''' + HONEST, "caught"),
 }
 
+# The attacks that replace a harness step again, with the patch check blinded first (a candidate that has read
+# our source replaces the checker too; anything in its process can): what must catch them then is the layer
+# no code in the worker reaches, the parent's clock (the candidate's cycles against eager's, and eager's
+# against the calibration taken before the candidate was imported).
+BLIND = 'import sys\nsys.modules["kernelsmith.harness.guards"].IdentitySnapshot.changed = lambda self: []\n'
+ATTACKS.update({f"{name}-blind": (BLIND + ATTACKS[name][0], *ATTACKS[name][1:])
+                for name in ("finish-in-checksum", "answer-at-draw")})
+
 
 def write_candidate(folder: Path, device: str, name: str) -> Path:
     """NAME's model_new as folder/<name>.py; all candidates share folder/kernels/, so one build serves all."""

@@ -261,8 +261,10 @@ BLIND_THE_GUARD = '''
 import sys, types
 import kernelsmith.harness.guards as _guards
 
-# The in-process load check then sees nothing new; the function object stays the same one, so the identity
-# snapshot of the harness's functions does not see the swap either (its code runs in guards' globals).
+# The in-process load check then sees nothing new. The identity snapshot sees a function's code swapped in place,
+# so it is blinded too (a candidate that has read our source replaces any checker in its process): what is
+# tested is the layer it cannot reach, the parent's census of the worker's mappings.
+_guards.IdentitySnapshot.changed = lambda self: []
 sys.modules["_ks_before"] = types.SimpleNamespace(libs=_guards.mapped_libraries())
 
 def _what_was_mapped_before():

@@ -337,12 +337,13 @@ def test_a_harness_timer_patched_from_inside_is_caught_by_the_parents_clock(cand
 
 
 def test_eager_slowed_in_the_candidates_process_earns_nothing(candidate, run_eval, monkeypatch):
-    """The candidate makes the reference slower in its own process (the reference's class is not a
-    module the identity checks watch): the credited eager comes from a clean process, so its speed-up
-    is its kernel's own, not the 20 ms it added to eager."""
+    """The candidate makes the reference slower in its own process, with the patch check blinded (which
+    sees the reference's module too): the credited eager comes from a clean process, so its speed-up is
+    its kernel's own, not the 20 ms it added to eager."""
     monkeypatch.delenv("KERNELSMITH_BUSY_OK", raising=False)
     result = run_eval(candidate('''
         import sys, time
+        sys.modules["kernelsmith.harness.guards"].IdentitySnapshot.changed = lambda self: []  # BLIND
         _model = sys.modules["ks_reference"].Model
         _forward = _model.forward
 
@@ -418,6 +419,24 @@ def test_work_outside_the_timed_window_below_the_violation_bound_is_charged_to_t
     assert checks.unreported_time({"batches": host}, {"candidate": [1.0]}) == 0.0  # mismatched counts: no charge
 
 
+def test_harness_work_added_for_both_contenders_below_the_drift_floor_is_charged():
+    """An answer computed as each input is drawn, for eager's draws too, cancels in every comparison with
+    eager in the candidate's process. Eager's cycles before the candidate's import (the calibration) show it;
+    below harness_drift's floor (0.1 ms: a kernel of 0.05 ms moving all its work, a 2x) it is charged, so it
+    buys nothing. Eager's cycles drawn from the same distribution before and after are not charged."""
+    from kernelsmith.evaluation import checks
+
+    rng = random.Random(7)
+    cycles = lambda base, n: [base + rng.gauss(0, 0.01) for _ in range(n)]
+    host = {"candidate": [0.02] * 80, "eager": [0.07] * 80}
+    calibration = [(c, 0.07) for c in cycles(1.0, 24)]
+    moved = {"candidate": cycles(1.0 - 0.05 + 0.05, 80), "eager": cycles(1.05, 80)}  # 0.05 ms in every draw
+    assert checks.harness_drift(calibration, moved) == ""  # below the floor: no contention flag
+    assert 0.04 < checks.unreported_time({"batches": host}, None, moved, calibration) < 0.06
+    honest = {"candidate": cycles(0.95, 80), "eager": cycles(1.0, 80)}
+    assert checks.unreported_time({"batches": host}, None, honest, calibration) < 0.008
+
+
 def test_eager_cycles_that_grow_after_the_candidates_import_withhold_the_speed_up():
     """Calibration: eager's runs before the candidate existed in the worker. Work a candidate moves out of
     its timed window for both contenders alike (no shift between them) still lengthens eager's cycles
@@ -449,6 +468,7 @@ def test_a_patched_harness_method_that_finishes_the_output_after_the_window_is_c
                 frame = frame.f_back
             return frame is not None
 
+        sys.modules["kernelsmith.harness.guards"].IdentitySnapshot.changed = lambda self: []  # BLIND
         _profile = sys.modules["kernelsmith.harness.profile"]
         _original = _profile.Checksums.record
         def _record(self, name, seed, out, _original=_original):
@@ -477,12 +497,17 @@ def test_a_patched_harness_method_that_finishes_the_output_after_the_window_is_c
         assert any("parent's clock" in v for v in result.violations), result.violations
 
 
+# The clock tests below blind the patch check first (the line marked BLIND: a candidate that has read our source
+# replaces the checker too, and anything in its process can), so that what they test is the layer under it: the
+# parent's clock, which no code in the worker reaches. The patch check on its own is tested after them.
+
 # The answer-at-draw attack: a replaced input pool computes each fresh draw's answer before the parent's
 # bracket opens (a kernel, then 50 ms of work: on this CPU each run's cycle also writes twice the last-level
 # cache to flush it, whose time under a loaded test run varies by milliseconds); the timed call returns it.
 ANSWER_AT_DRAW = '''
     import sys, time
     _ready, _model = {}, []
+    sys.modules["kernelsmith.harness.guards"].IdentitySnapshot.changed = lambda self: []  # BLIND
     _profile = sys.modules["kernelsmith.harness.profile"]
     _next = _profile.InputPool.next
     def _next_and_answer(self, fresh=False, _next=_next):
@@ -628,11 +653,14 @@ def test_a_checksum_of_huge_values_falls_back_to_float64():
 REPEATED_INPUTS = {
     # the pool's source of seeds replaced by a constant: every draw is the same inputs
     "draw": """
+    import sys
+    sys.modules["kernelsmith.harness.guards"].IdentitySnapshot.changed = lambda self: []  # BLIND
     for obj in gc.get_objects():
         if type(obj).__name__ == "InputPool":
             obj.draw = lambda: 12345
 """,
-    # the parent's seed is taken and claimed, but the inputs built are the first ones ever built
+    # the parent's seed is taken and claimed, but the inputs built are the first ones ever built (the patch
+    # check sees this one; "draw" blinds it, so that the parent's record of its seeds is what catches that one)
     "rebuild": """
     from kernelsmith.harness import loading
     real, first = loading.seeded_inputs, []
@@ -750,3 +778,36 @@ def test_a_charge_moves_the_candidates_spread_with_its_median():
     low, high = result.spread_ms["candidate"]
     assert low == pytest.approx(0.2106) and high == pytest.approx(0.2318)
     assert low <= result.timings_ms["candidate"] <= high and result.timings_ms["candidate_reported"] == 0.1866
+
+
+PATCHES = {
+    "a class's method": '''
+        _profile.InputPool.next = lambda self, fresh=False, _next=_profile.InputPool.next: _next(self, fresh)''',
+    "a method's code": '''
+        def _next(self, fresh=False):
+            self.fresh = None
+            return self.sets[0]
+        _profile.InputPool.next.__code__ = _next.__code__''',
+    "a method set on the harness's object": '''
+        import gc
+        for obj in gc.get_objects():
+            if type(obj).__name__ == "Clocks":
+                obj.time_call = obj.time_call.__func__.__get__(obj)''',
+    "a function of the reference's module": '''
+        _task = sys.modules["ks_reference"]
+        _task.get_inputs = lambda _get=_task.get_inputs: _get()''',
+}
+
+
+@pytest.mark.parametrize("how", PATCHES)
+def test_a_candidate_that_patches_the_harness_in_its_process_is_rejected(candidate, run_eval, how):
+    """The worker's own code (the harness's modules, their classes, the objects its timed loop uses, the
+    reference's module) is snapshotted before the candidate's import; replacing any of it, even with a
+    wrapper that changes nothing, or swapping a function's code in place, is a violation."""
+    patch = textwrap.indent(textwrap.dedent(PATCHES[how]).strip(), " " * 4)
+    result = run_eval(candidate(
+        "import sys\n_profile = sys.modules['kernelsmith.harness.profile']\nif True:\n" + patch + "\n\n"
+        "class ModelNew(Base):\n    def forward(self, x):\n        return kernel('axpb', x, self.bias)\n"),
+        profile=True, min_runs=20)
+    assert not result.clean
+    assert any("replaced functions the harness relies on" in v for v in result.violations), result.violations

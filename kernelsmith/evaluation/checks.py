@@ -92,7 +92,8 @@ def _extra_time(reported: dict, parent: dict, sigmas: float) -> tuple[float, flo
     return _shift(cand, eager), noise
 
 
-def unreported_time(prof: dict, parent: dict[str, list[float]], cycles: dict[str, list[float]] | None = None) -> float:
+def unreported_time(prof: dict, parent: dict[str, list[float]], cycles: dict[str, list[float]] | None = None,
+                    calibration: list[tuple[float, float]] | None = None) -> float:
     """Milliseconds per timed run to charge to the candidate: its work outside the timed window that the
     parent's clock saw (beyond eager's harness work in the same brackets, beyond the clock's noise).
 
@@ -102,10 +103,12 @@ def unreported_time(prof: dict, parent: dict[str, list[float]], cycles: dict[str
     work is the candidate's, whatever in its process ran it; charging it leaves no gain in hiding it.
     `cycles` (ParentClock.cycles) also cover the time between brackets, where the worker draws the next
     inputs and flushes the cache: an answer computed as the inputs are made (a patched input pool) is
-    charged too. Between runs both contenders' harness work is alike, so only the shift counts."""
+    charged too. Between runs both contenders' harness work is alike, so only the shift counts. Work the
+    candidate moves into that loop for both contenders alike cancels in the shift; `calibration` (eager's
+    cycles before the candidate existed in the worker) shows it, and harness_growth charges it as well."""
     reported = prof.get("batches") or {}
     charges = [_charge(reported, timed) for timed in (parent, cycles) if timed]
-    return max(charges, default=0.0)
+    return max(charges, default=0.0) + harness_growth(calibration or [], cycles or {})
 
 
 def _charge(reported: dict, timed: dict[str, list[float]]) -> float:
@@ -113,6 +116,22 @@ def _charge(reported: dict, timed: dict[str, list[float]]) -> float:
         return 0.0
     extra, noise = _extra_time(reported, timed, CHARGE_SIGMAS)
     return max(0.0, extra - noise)
+
+
+def harness_growth(calibration: list[tuple[float, float]], cycles: dict[str, list[float]]) -> float:
+    """Milliseconds per run by which eager's cycles grew after the candidate's import, beyond noise.
+
+    Eager is the same code before and after, so the growth is work added to the harness's loop once
+    candidate code existed in the worker: an answer computed as each input is drawn, for eager's draws
+    too, cancels in every comparison with eager but not in this one. harness_drift withholds credit
+    only past a floor (DRIFT_MIN_MS: a machine that got busier); below it, a kernel of 0.05 ms could move
+    all of its work out of its window for a 2x. Charged instead, such work buys nothing at any size."""
+    runs = [cycle for cycle, _ in calibration[1:]]  # the first run's cycle had no run before it
+    after = cycles.get("eager") or []
+    if len(runs) < 4 or len(after) < 4:
+        return 0.0
+    noise = CHARGE_SIGMAS * (_sigma(runs) / len(runs) ** 0.5 + _sigma(after) / len(after) ** 0.5)
+    return max(0.0, _shift(after, runs) - noise)
 
 
 def harness_drift(calibration: list[tuple[float, float]], cycles: dict[str, list[float]]) -> str:

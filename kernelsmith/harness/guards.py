@@ -143,9 +143,24 @@ def _watched_namespaces() -> dict[str, object]:
     if hasattr(torch.cuda, "Event"):
         spaces["torch.cuda.Event"] = torch.cuda.Event
     for name, module in list(sys.modules.items()):
-        if name.startswith("kernelsmith.harness.") and isinstance(module, types.ModuleType):
+        if name.startswith(HARNESS_MODULES) and isinstance(module, types.ModuleType):
             spaces[name] = module
+            spaces.update(_own_classes(name, module))
     return spaces
+
+
+# The worker's own code: its modules and the classes they define (a method replaced on a class, such as
+# the input pool's draw, moves work out of the timed window as surely as a replaced module function).
+HARNESS_MODULES = ("kernelsmith.harness.", "kernelsmith.evaluation.")
+
+
+def _own_classes(name: str, module) -> dict[str, type]:
+    try:
+        members = dict(vars(module))
+    except TypeError:
+        return {}
+    return {f"{name}.{attr}": cls for attr, cls in members.items()
+            if isinstance(cls, type) and getattr(cls, "__module__", None) == name}
 
 
 def _members(space) -> dict[str, object]:
@@ -178,25 +193,95 @@ def _same_function(before, after) -> bool:
     return getattr(after, "__code__", None) is _DYNAMO_WRAPPER_CODE and getattr(after, "__wrapped__", None) is before
 
 
+def _insides(obj) -> tuple:
+    """What a Python function runs, beyond its identity: its code, defaults and closure cells (each
+    writable in place, so the same function object can run other code). Methods wrapped as static,
+    class or property are unwrapped; anything else has no insides to compare."""
+    obj = getattr(obj, "__func__", None) or getattr(obj, "fget", None) or obj
+    if not isinstance(obj, types.FunctionType):
+        return ()
+    cells = tuple(_cell(c) for c in obj.__closure__ or ())
+    return (obj.__code__, obj.__defaults__, obj.__kwdefaults__) + cells
+
+
+def _cell(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
+def _same_insides(before: tuple, after: tuple) -> bool:
+    return len(before) == len(after) and all(a is b for a, b in zip(before, after))
+
+
 class IdentitySnapshot:
     """Identities of the functions the harness relies on, taken before candidate import."""
 
     def __init__(self):
-        self.spaces = {name: _members(space) for name, space in _watched_namespaces().items()}
+        self.spaces: dict[str, dict] = {}
+        self.insides: dict[tuple[str, str], tuple] = {}
+        self.objects: dict[str, tuple[object, dict]] = {}
+        self.extra: dict[str, object] = {}  # namespaces watched later (watch), by their snapshot's name
+        self._watch_namespaces(_watched_namespaces())
+
+    def _watch_namespaces(self, spaces: dict) -> None:
+        for name, space in spaces.items():
+            self.spaces[name] = members = _members(space)
+            self.insides.update({(name, attr): _insides(obj) for attr, obj in members.items() if _is_code(obj)})
+
+    def watch(self, **objects) -> None:
+        """The harness's own objects in this process (its clocks, input pool, flusher, checksums, the
+        wrapped eager): a method set on one of them shadows its class's, and a function's insides can
+        change without its identity."""
+        for name, obj in objects.items():
+            if isinstance(obj, types.ModuleType):  # the reference's module: trusted code the harness calls
+                spaces = {name: obj, **_own_classes(obj.__name__, obj)}
+                self.extra.update(spaces)
+                self._watch_namespaces(spaces)
+            elif obj is not None:
+                self.objects[name] = (obj, _instance_callables(obj))
+                self.insides.update({(name, "__call__"): _insides(obj)} if isinstance(obj, types.FunctionType) else {})
 
     def changed(self) -> list[str]:
-        current = _watched_namespaces()
+        current = {**_watched_namespaces(), **self.extra}
         problems = []
         for name, before in self.spaces.items():
             after = _members(current.get(name))
             for attr, obj in before.items():
-                if not callable(obj) and not isinstance(obj, type):
+                if not _is_code(obj):
                     continue  # data (flags, constants) is not a function the harness calls
                 if attr in after and not _same_function(obj, after[attr]):
                     problems.append(f"{name}.{attr}")
                 elif attr not in after:
                     problems.append(f"{name}.{attr} (deleted)")
+                elif after[attr] is obj and not _same_insides(self.insides[(name, attr)], _insides(obj)):
+                    problems.append(f"{name}.{attr} (its code or closure)")
+        return problems + self._objects_changed()
+
+    def _objects_changed(self) -> list[str]:
+        problems = []
+        for name, (obj, before) in self.objects.items():
+            after = _instance_callables(obj)
+            problems += [f"{name}.{attr} (set on the object)" for attr in after
+                         if attr not in before or after[attr] is not before[attr]]
+            if (name, "__call__") in self.insides and not _same_insides(self.insides[(name, "__call__")],
+                                                                      _insides(obj)):
+                problems.append(f"{name} (its code or closure)")
         return problems
+
+
+def _is_code(obj) -> bool:
+    return callable(obj) or isinstance(obj, (type, staticmethod, classmethod, property))
+
+
+def _instance_callables(obj) -> dict[str, object]:
+    """The callables an object holds in its own __dict__ (a patched method lands there)."""
+    try:
+        own = dict(vars(obj))
+    except TypeError:
+        return {}
+    return {attr: value for attr, value in own.items() if callable(value) and not isinstance(value, type)}
 
 
 class ProcessGuard:
@@ -204,6 +289,7 @@ class ProcessGuard:
 
     def __init__(self):
         self.identities = IdentitySnapshot()
+        self.watch = self.identities.watch
         self.flags = backend_flags()
         self.loads = LoadGuard()
 

@@ -174,6 +174,9 @@ def run_profile(job: dict) -> dict:
     native, why_not = op_watch.open_watch()  # and before it could plant a module of the same name
     process_guard = guards.ProcessGuard()
     phases.mark("load.watch")
+    # before any timed run: on the CPU it runs `uname -p`, a child the parent's census of the worker would
+    # see if it ran while the last bracket's census was taken
+    platform_info = _platform(device)
     task = loading.load_module(job["reference"], "ks_reference")
     reference = loading.seeded_reference(task, job["seed"], device, precision)
     draw = parent_clock.draw if parent_clock else local_draws(job["seed"])
@@ -186,6 +189,8 @@ def run_profile(job: dict) -> dict:
         warm_s = {"eager": _warm(eager, pool, clocks)}
         calibrate(eager, pool, clocks, flusher, parent_clock, native, sums, _budget(job)[0])
         phases.mark("calibrate")
+        process_guard.watch(clocks=clocks, pool=pool, flusher=flusher, sums=sums, parent_clock=parent_clock,
+                            eager=eager, tripwires=tripwires, native=native, task=task)
         candidate_module = loading.load_module(job["candidate"], "ks_candidate")  # untrusted from here on
         torch.manual_seed(job["seed"] + 1)
         model = candidate_module.ModelNew(*loading.init_inputs(task)).to(device)
@@ -212,7 +217,7 @@ def run_profile(job: dict) -> dict:
     phases.mark("roofline")
     return {
         "op_watch": "native" if native else f"python dispatch mode ({why_not})",
-        **_platform(device),
+        **platform_info,
         "timings": {name: summarize(s["device"]) for name, s in samples.items()},
         "host_timings": {name: summarize(s["host"]) for name, s in samples.items()},
         "batches": {name: s["host"] for name, s in samples.items()},  # what each bracket of the parent's clock held

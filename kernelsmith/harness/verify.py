@@ -43,6 +43,7 @@ def run_candidate(job: dict) -> dict:
     process_guard = guards.ProcessGuard()
     task = loading.load_module(job["reference"], "ks_reference")
     loading.require(task, "Model", "get_inputs", "get_init_inputs")
+    process_guard.watch(task=task)
     facts: dict = {"trials": [], "violations": [], "stage": "load", "phases": phases.seconds}
     candidate_module = loading.load_module(job["candidate"], "ks_candidate")
     loading.require(candidate_module, "ModelNew")
