@@ -14,6 +14,8 @@ Each guard answers one known hack (../shared/HARNESS-NOTES.md):
 
 from __future__ import annotations
 
+import os
+import random
 import sys
 import threading
 import time
@@ -139,6 +141,8 @@ def _watched_namespaces() -> dict[str, object]:
         "torch.nn.Module": torch.nn.Module, "torch.testing": torch.testing,
         "torch.cuda": torch.cuda, "time": time, "torch.backends.cuda": torch.backends.cuda,
         "torch.backends.cudnn": torch.backends.cudnn, "threading": threading,
+        # below torch's Python API: what torch.cuda.synchronize and the events call; the pipe to the parent
+        "torch._C": torch._C, "os": os, "random": random,
     }
     if hasattr(torch.cuda, "Event"):
         spaces["torch.cuda.Event"] = torch.cuda.Event
