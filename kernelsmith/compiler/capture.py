@@ -51,6 +51,7 @@ def _capture(task_path: Path) -> Graph:
     scalars = [i for i, x in enumerate(inputs) if isinstance(x, float)]
     traced = tuple(torch.empty((), dtype=torch.float32, device="meta") if i in scalars else x
                    for i, x in enumerate(inputs))
+    _refuse_recurrent_modules(model)
     program = _export(model, traced)
     graph = _graph_of(program, len(inputs), _literal_values(program))
     for i in scalars:
@@ -58,14 +59,58 @@ def _capture(task_path: Path) -> Graph:
     return graph
 
 
+def _at_precision(model, inputs: tuple, precision: str):
+    """Model and its inputs cast as the harness casts them (harness/loading.py): floating
+    parameters, buffers and input tensors to the precision's dtype; fp32 and tf32 leave them."""
+    dtype = loading.DTYPES.get(precision)
+    if dtype is None:
+        return model, inputs
+    return model.to(dtype), tuple(loading.cast_floating(x, precision) for x in inputs)
+
+
 def _export(model, traced: tuple):
     try:
         with _LiteralsOnCpu():
             exported = torch.export.export(model, traced)
-        return exported.run_decompositions(decompositions())
     except Exception as err:  # export raises many kinds; all mean "cannot capture"
-        raise CaptureError(f"torch.export could not capture Model: {type(err).__name__}: "
-                           f"{str(err).splitlines()[0] if str(err) else ''}") from None
+        raise _export_error(err) from None
+    _refuse_recurrent(exported)
+    try:
+        return exported.run_decompositions(decompositions())
+    except Exception as err:
+        raise _export_error(err) from None
+
+
+def _export_error(err: Exception) -> CaptureError:
+    return CaptureError(f"torch.export could not capture Model: {type(err).__name__}: "
+                        f"{str(err).splitlines()[0] if str(err) else ''}")
+
+
+# Recurrent layers reach the export as one op; decomposed, every time step of every layer becomes its own
+# nodes (nn.LSTM over 512 steps and 6 layers: 64,590 nodes, 100 s of decomposition on 2 cores, then a GEMM
+# kernel per step). Refused at once, by name, until the compiler has a recurrent kernel of its own.
+RECURRENT = {"lstm": "nn.LSTM", "gru": "nn.GRU", "rnn_tanh": "nn.RNN", "rnn_relu": "nn.RNN",
+             "lstm_cell": "nn.LSTMCell", "gru_cell": "nn.GRUCell", "rnn_tanh_cell": "nn.RNNCell",
+             "rnn_relu_cell": "nn.RNNCell"}
+
+
+def _refuse_recurrent_modules(model: torch.nn.Module) -> None:
+    """Before the export, which alone takes 10-50 s to trace a recurrent layer's steps on 2 cores."""
+    for module in model.modules():
+        if isinstance(module, (torch.nn.RNNBase, torch.nn.RNNCellBase)):
+            kind = type(module).__name__
+            raise CaptureError(f"nn.{kind} is not supported yet: its decomposition unrolls every time step and layer "
+                               "into kernels of their own")
+
+
+def _refuse_recurrent(exported) -> None:
+    """The same for recurrent ops forward calls without a module (torch._VF.lstm)."""
+    for node in exported.graph.nodes:
+        packet = getattr(node.target, "_overloadpacket", None)
+        name = getattr(packet, "__name__", "")
+        if node.op == "call_function" and name in RECURRENT:
+            raise CaptureError(f"{RECURRENT[name]} (aten.{name}) is not supported yet: its decomposition unrolls "
+                               "every time step and layer into kernels of their own")
 
 
 class _LiteralsOnCpu(torch.overrides.TorchFunctionMode):
