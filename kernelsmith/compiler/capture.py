@@ -23,6 +23,7 @@ from kernelsmith.compiler.graph import CaptureError, Graph, Node, consumers_of
 from kernelsmith.compiler.ir import Value
 from kernelsmith.compiler.passes import dead_code, literals
 from kernelsmith.evaluation import sources
+from kernelsmith.harness import loading
 
 # torch.export keeps its tracing mode in process-wide state: two captures at once (the bench runs
 # sessions on threads) fail with "ProxyTorchDispatchMode slot already occupied", and the task
@@ -30,17 +31,18 @@ from kernelsmith.evaluation import sources
 _EXPORT_LOCK = threading.Lock()
 
 
-def capture(task_path: Path) -> Graph:
+def capture(task_path: Path, precision: str = "fp32") -> Graph:
+    """The graph of Model at `precision`: in bf16 and fp16, Model and its floating inputs are cast
+    to that dtype as the harness runs them, so every value of the graph has its real dtype."""
     with _EXPORT_LOCK:
-        return _capture(task_path)
+        return _capture(task_path, precision)
 
 
-def _capture(task_path: Path) -> Graph:
+def _capture(task_path: Path, precision: str) -> Graph:
     task = sources.load_source(task_path, "ks_builtin_task")
     sources.require(task, "Model", "get_inputs", "get_init_inputs")
     with torch.device("meta"):
-        model = task.Model(*task.get_init_inputs())
-        inputs = tuple(task.get_inputs())
+        model, inputs = _at_precision(task.Model(*task.get_init_inputs()), tuple(task.get_inputs()), precision)
     # No eval(): the harness runs Model as constructed (training mode, as KernelBench does),
     # so batch norm uses batch statistics and the captured graph must say so.
     if not all(isinstance(x, (torch.Tensor, float)) for x in inputs):

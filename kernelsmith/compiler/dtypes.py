@@ -11,3 +11,7 @@ DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "b
 def dtype_name(dtype: torch.dtype) -> str:
     """Its name in the graph; a dtype the compiler has no name for keeps torch's ("torch.uint8")."""
     return DTYPES.get(dtype, str(dtype))
+
+# Floating values a kernel stores, in any of these dtypes; it computes and accumulates in float.
+FLOATS = ("float32", "bfloat16", "float16")
+HALVES = ("bfloat16", "float16")  # 16-bit storage: loaded into float, rounded to nearest when stored

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernelsmith.compiler.dtypes import FLOATS
 from kernelsmith.compiler.graph import Node
 from kernelsmith.compiler.ir import Op, View
 
@@ -119,6 +120,15 @@ def _bool_not(node: Node, args: list) -> Op:
     return Op("logical_not", args[:1], node.name)
 
 
+def _conversion(node: Node, args: list) -> Op:
+    """`x.to(dtype)` between float dtypes: a copy, since kernels load every float into float math and
+    round only when they store (the partitioner refuses other dtypes)."""
+    moves = {k: v for k, v in node.kwargs.items() if k not in ("dtype", "layout", "device", "memory_format")}
+    if moves or node.kwargs.get("memory_format") not in (None, "torch.preserve_format", "torch.contiguous_format"):
+        raise Unsupported(f"{node.target} with {dict(node.kwargs)}")
+    return Op("copy", args[:1], node.name)
+
+
 def _clamp_one(field):
     def make(node, args):
         return Op(f"clamp_{field}", args[:1], node.name, {field: float(args[1])})
@@ -141,6 +151,7 @@ _SPECIAL_POINTWISE = {
     "softplus": _positional("softplus", ["beta", "threshold"], [1.0, 20.0]),
     "elu": _positional("elu", ["alpha", "scale", "input_scale"], [1.0, 1.0, 1.0]),
     "where": lambda node, args: Op("where", args[:3], node.name),
+    "_to_copy": lambda node, args: _conversion(node, args),
     # bool results, 0.0 or 1.0 inside a kernel: a mask's negation, a comparison feeding `where`
     "logical_not": lambda node, args: Op("logical_not", args[:1], node.name),
     "bitwise_not": lambda node, args: _bool_not(node, args),
@@ -160,7 +171,7 @@ class ReductionSpec:
 
 def reduction_spec(node: Node, rank: int) -> ReductionSpec:
     reduce, args = REDUCTION_TARGETS[base(node.target)], list(node.args)
-    if node.kwargs.get("dtype") not in (None, "float32"):
+    if node.kwargs.get("dtype") not in (None, *FLOATS):  # (accumulated in float, stored at the result's dtype)
         raise Unsupported(f"{node.target} with dtype={node.kwargs['dtype']}")
     if reduce in ("softmax", "log_softmax", "cumsum"):  # one dim, the result at the operand's shape
         return ReductionSpec(reduce, args[0], _dims([args[1]], rank), False)

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 
 from kernelsmith.compiler import layout, lowering, passes, remat
 from kernelsmith.compiler.cstyle.access import broadcastable
+from kernelsmith.compiler.dtypes import FLOATS
 from kernelsmith.compiler.graph import Graph, Node
 from kernelsmith.compiler.ir import (FULL_SHAPE_REDUCTIONS, CatGroup, ConvGroup, GemmGroup, Group, Op, Plan,
                                      PointwiseGroup, PoolGroup, ReductionGroup, Value, ViewStep)
 from kernelsmith.compiler.lowering import Unsupported
 
-FLOAT = "float32"
+UNSTORED = "only float32, bfloat16 and float16 kernels are generated yet"
 ALIAS_VIEWS = ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze")
 
 
@@ -307,7 +308,7 @@ class Partitioner:
     def bool_input(self, name: str, node: Node) -> bool:
         """A bool tensor read by a float op: torch promotes it to 0.0 or 1.0, and the generators load it (an
         input, a buffer) or compute it (a comparison in the same kernel) that way."""
-        return self.values[name].dtype == "bool" and node.dtype == FLOAT
+        return self.values[name].dtype == "bool" and node.dtype in FLOATS
 
     def require_storable(self, name: str) -> None:
         """Kernels compute bools as 0.0/1.0 floats and store only floats (and argmax's int64)."""
@@ -318,16 +319,16 @@ class Partitioner:
     def require_float_or_bool(self, node: Node, args: list[str], bool_result: bool) -> None:
         """A comparison, a logical not or a `where`: float or bool operands, a bool (or float) result. A bool made
         here stays inside its kernel (mark_outputs refuses to store one)."""
-        wrong = [a for a in args if self.values[a].dtype not in (FLOAT, "bool")]
-        if wrong or node.dtype != ("bool" if bool_result else FLOAT):
+        wrong = [a for a in args if self.values[a].dtype not in (*FLOATS, "bool")]
+        if wrong or (node.dtype == "bool") != bool_result or node.dtype not in (*FLOATS, "bool"):
             dtype = self.values[wrong[0]].dtype if wrong else node.dtype
-            raise Unsupported(f"{node.target} on {dtype} (only float32 kernels are generated yet)")
+            raise Unsupported(f"{node.target} on {dtype} ({UNSTORED})")
 
     def require_float(self, node: Node, args: list[str], result_may_be_index: bool = False) -> None:
-        wrong = [a for a in args if self.values[a].dtype != FLOAT]
-        if wrong or (node.dtype != FLOAT and not (result_may_be_index and node.dtype == "int64")):
+        wrong = [a for a in args if self.values[a].dtype not in FLOATS]
+        if wrong or (node.dtype not in FLOATS and not (result_may_be_index and node.dtype == "int64")):
             dtype = self.values[wrong[0]].dtype if wrong else node.dtype
-            raise Unsupported(f"{node.target} on {dtype} (only float32 kernels are generated yet)")
+            raise Unsupported(f"{node.target} on {dtype} ({UNSTORED})")
 
     def mark_outputs(self) -> None:
         """A value leaves its kernel when another kernel takes it as an input, a view between

@@ -13,7 +13,9 @@ from kernelsmith.compiler.ir import Plan
 from kernelsmith.compiler.lowering import Unsupported
 from kernelsmith.compiler.partition import plan as partition
 
-PRECISIONS = ("fp32", "tf32")  # the generated kernels compute in fp32, so they meet both
+# fp32 and tf32 store float32; bf16 and fp16 store every float value at that dtype. All compute in float;
+# tf32, bf16 and fp16 run GEMMs and convolutions on tensor cores (docs/builtin.md, "Precisions").
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
 @dataclass
@@ -44,9 +46,9 @@ def generator(device: str):
 
 def build_plan(model_path: Path, device: str, precision: str) -> Built:
     if precision not in PRECISIONS:
-        return Built(unsupported=[f"precision {precision} (the generated kernels are float32)"])
+        return Built(unsupported=[f"precision {precision} (the built-in policy generates {', '.join(PRECISIONS)})"])
     try:
-        graph = capture(model_path)
+        graph = capture(model_path, precision)
     except CaptureError as err:
         return Built(unsupported=[str(err)])
     plan = partition(graph)
@@ -55,9 +57,10 @@ def build_plan(model_path: Path, device: str, precision: str) -> Built:
     built, generate, values = Built(plan), generator(device), plan.values
     for group in plan.groups():
         try:
-            made = generate(group, values)
-        except (Unsupported, ValueError) as err:
-            return Built(plan, unsupported=[f"{group.name}: {err}"])
+            made = generate(group, values, precision)
+        except (Unsupported, ValueError) as err:  # (the generators' messages name the group already)
+            reason = str(err) if str(err).startswith(f"{group.name}: ") else f"{group.name}: {err}"
+            return Built(plan, unsupported=[reason])
         built.files.update(made.files)
         built.variants.append(made.variants)
     return built

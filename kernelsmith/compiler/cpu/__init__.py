@@ -15,8 +15,9 @@ from kernelsmith.compiler.ir import (SCANS, CatGroup, ConvGroup, GemmGroup, Gene
                                      PoolGroup, ReductionGroup, Value)
 
 
-def generate(group: Group, values: dict[str, Value]) -> Generated:
-    """The C++ source of one group (`values`: the same signature as the CUDA target's)."""
+def generate(group: Group, values: dict[str, Value], precision: str = "fp32") -> Generated:
+    """The C++ source of one group (`values`, `precision`: the same signature as the CUDA target's). Every
+    precision computes in float; bf16 and fp16 values are stored at their dtype (common.HALF_TYPES)."""
     kernel, variants = _kernel(group)
     source = "\n".join([header(), kernel, binding(group)])
     return Generated({f"{group.name}.cpp": source}, group.name, variants)

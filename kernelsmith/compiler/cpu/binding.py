@@ -3,7 +3,7 @@ strides of strided reads, allocates its outputs and runs the kernel's schedule `
 
 from __future__ import annotations
 
-from kernelsmith.compiler.cpu.common import broadcasts, ctype, in_ctype
+from kernelsmith.compiler.cpu.common import ATEN_DTYPES, broadcasts, ctype, in_ctype
 from kernelsmith.compiler.cstyle.access import Access, access_for
 from kernelsmith.compiler.ir import CatGroup, ConvGroup, GemmGroup, Group, PointwiseGroup, PoolGroup, Value
 
@@ -19,7 +19,7 @@ def binding(group: Group) -> str:
     for i, value in enumerate(group.inputs):
         lines += _scalar_lines(i) if value.scalar else _input_checks(name, i, value, space(value))
     for j, out in enumerate(group.outputs):
-        dtype = "at::kLong" if out.dtype == "int64" else "at::kFloat"
+        dtype = ATEN_DTYPES[out.dtype]
         shape = ", ".join(str(s) for s in out.shape)
         lines.append(f"  auto out{j} = at::empty({{{shape}}}, in{tensors[0]}.options().dtype({dtype}));")
     call = ", ".join([f"&scalar{i}, st{i}" if v.scalar else f"in{i}.data_ptr<{in_ctype(v)}>(), st{i}"
@@ -56,7 +56,7 @@ def _scalar_lines(i: int) -> list[str]:
 def _input_checks(name: str, i: int, value: Value, space) -> list[str]:
     shape = ", ".join(str(s) for s in value.shape)
     lines = [f'  TORCH_CHECK(in{i}.device().is_cpu(), "{name}: input {i} ({value.name}) must be a CPU tensor");',
-             f'  TORCH_CHECK(in{i}.scalar_type() == {"at::kBool" if value.dtype == "bool" else "at::kFloat"}, '
+             f'  TORCH_CHECK(in{i}.scalar_type() == {ATEN_DTYPES[value.dtype]}, '
              f'"{name}: input {i} ({value.name}) must be {value.dtype}");',
              f'  TORCH_CHECK(in{i}.sizes() == c10::IntArrayRef({{{shape}}}), "{name}: input {i} ({value.name}) '
              f'must have shape [{shape}], got ", in{i}.sizes());',

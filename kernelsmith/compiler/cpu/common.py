@@ -36,12 +36,33 @@ def params(group: Group) -> str:
     return ", ".join(parts)
 
 
+# c10's 16-bit floats: converted to float when loaded and rounded to nearest when stored, explicitly
+# (their implicit conversions would also let two of them multiply in 16 bits).
+HALF_TYPES = {"bfloat16": "c10::BFloat16", "float16": "c10::Half"}
+ATEN_DTYPES = {"float32": "at::kFloat", "int64": "at::kLong", "bool": "at::kBool", "bfloat16": "at::kBFloat16",
+               "float16": "at::kHalf"}
+
+
 def ctype(value: Value) -> str:
+    if value.dtype in HALF_TYPES:
+        return HALF_TYPES[value.dtype]
     return "int64_t" if value.dtype == "int64" else "float"
 
 
 def in_ctype(value: Value) -> str:
-    return "bool" if value.dtype == "bool" else "float"  # a bool input joins float math as 0 or 1
+    return "bool" if value.dtype == "bool" else ctype(value)  # a bool input joins float math as 0 or 1
+
+
+def as_float(value: Value, expr: str) -> str:
+    """A loaded element of `value` as a float expression (a float32 one as it is)."""
+    if value.dtype == "bool":
+        return f"(float){expr}"
+    return f"static_cast<float>({expr})" if value.dtype in HALF_TYPES else expr
+
+
+def store(value: Value, target: str, expr: str) -> str:
+    """The statement storing float `expr` into `target`, an element of `value`: rounded to its dtype."""
+    return f"{target} = {HALF_TYPES[value.dtype]}({expr});" if value.dtype in HALF_TYPES else f"{target} = {expr};"
 
 
 def broadcasts(value: Value, shape) -> bool:
@@ -55,8 +76,8 @@ def loads(group: Group, space: tuple[int, ...], flat: str, names: dict[str, str]
         if only is not None and value.name not in only:
             continue
         access = access_for(value.shape, value.contiguous, space)
-        cast = "(float)" if value.dtype == "bool" else ""
-        lines.append(f"    const float a{i} = {cast}in{i}[{access.offset_expr(flat, f'st{i}.s')}];")
+        offset = access.offset_expr(flat, f"st{i}.s")
+        lines.append(f"    const float a{i} = {as_float(value, f'in{i}[{offset}]')};")
         names[value.name] = f"a{i}"
     return lines
 

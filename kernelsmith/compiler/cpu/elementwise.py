@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from math import prod
 
-from kernelsmith.compiler.cpu.common import body_lines, call_arguments, dispatched, params
+from kernelsmith.compiler.cpu.common import as_float, body_lines, call_arguments, dispatched, params, store
 from kernelsmith.compiler.cstyle.access import Access, access_for
 from kernelsmith.compiler.ir import PointwiseGroup, Value
 
@@ -61,7 +61,7 @@ def _row_function(group: PointwiseGroup, shape: tuple[int, ...], split: int, inn
     for i, value in enumerate(group.inputs):
         names[value.name] = f"a{i}"
     lines = loads + body_lines(group.body, names, "      ")
-    lines += [f"      out{j}[r * {inner}LL + c] = {names[o.name]};" for j, o in enumerate(group.outputs)]
+    lines += ["      " + store(o, f"out{j}[r * {inner}LL + c]", names[o.name]) for j, o in enumerate(group.outputs)]
     return (f"static inline void {group.name}_rows(int64_t r0, int64_t r1, {params(group)}) {{\n"
             f"  for (int64_t r = r0; r < r1; ++r) {{\n" + "".join(b for b in bases if b) +
             f"    #pragma omp simd\n    for (int64_t c = 0; c < {inner}LL; ++c) {{\n" + "\n".join(lines) +
@@ -79,12 +79,11 @@ def _base_line(i: int, value: Value, shape: tuple[int, ...], split: int) -> str:
 
 def _load_line(i: int, value: Value, shape: tuple[int, ...], split: int, inner: int) -> str:
     access = access_for(value.shape, value.contiguous, shape)
-    cast = "(float)" if value.dtype == "bool" else ""
     where = {"dense": f"r * {inner}LL + c", "scalar": "0"}.get(access.mode)
     if where is None:
         read = _run_read(value, shape, split)
         where = {"broadcast": f"b{i}", "contiguous": f"b{i} + c"}.get(read, f"b{i} + c * st{i}.s[{len(shape) - 1}]")
-    return f"      const float a{i} = {cast}in{i}[{where}];"
+    return f"      const float a{i} = {as_float(value, f'in{i}[{where}]')};"
 
 
 def _variants(group: PointwiseGroup, rows: int, inner: int) -> str:

@@ -3,7 +3,7 @@ the reduced range walked in order inside, the pointwise work around it fused in.
 
 from __future__ import annotations
 
-from kernelsmith.compiler.cpu.common import body_lines, broadcasts, loads, row_loop, variants
+from kernelsmith.compiler.cpu.common import body_lines, broadcasts, loads, row_loop, store, variants
 from kernelsmith.compiler.ir import FULL_SHAPE_REDUCTIONS, ReductionGroup
 
 INIT = {"sum": "0.0f", "mean": "0.0f", "norm2": "0.0f", "amax": "-INFINITY", "amin": "INFINITY",
@@ -31,7 +31,7 @@ def scan(group: ReductionGroup) -> str:
     first, x = _row_prologue(group, element, names)
     names[group.result] = f"v_{group.result}"
     after = body_lines(group.epilogue, names)
-    stores = [f"    out{j}[{element}] = {names[o.name]};" for j, o in enumerate(group.outputs)]
+    stores = ["    " + store(o, f"out{j}[{element}]", names[o.name]) for j, o in enumerate(group.outputs)]
     lines = ["    float acc = 0.0f;", f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"]
     lines += [f"  {ln}" for ln in first + [f"    acc += {x};", f"    const float v_{group.result} = acc;"]
               + after + stores] + ["    }"]
@@ -87,7 +87,8 @@ def _finish_reduced(group: ReductionGroup) -> tuple[list[str], dict[str, str]]:
     lines += loads(group, group.result_shape, "row", names, only=reduced_inputs)
     lines += body_lines(group.epilogue, names)
     group_reduced = {group.result} | {op.out for op in group.epilogue}
-    lines += [f"    out{j}[row] = {names[o.name]};" for j, o in enumerate(group.outputs) if o.name in group_reduced]
+    lines += ["    " + store(o, f"out{j}[row]", names[o.name]) for j, o in enumerate(group.outputs)
+              if o.name in group_reduced]
     return lines, {k: v for k, v in names.items() if k in group_reduced}
 
 
@@ -107,5 +108,5 @@ def _second_pass(group: ReductionGroup, element: str, reduced_names: dict[str, s
         names[group.result] = f"v_{group.result}"
         lines += body_lines(group.epilogue, names)
     lines += body_lines(group.broadcast_epilogue, names)
-    lines += [f"    out{j}[{element}] = {names[o.name]};" for j, o in full_outputs]
+    lines += ["    " + store(o, f"out{j}[{element}]", names[o.name]) for j, o in full_outputs]
     return [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in lines] + ["    }"]

@@ -21,12 +21,14 @@ from kernelsmith.compiler.cuda.gemm import gemm
 from kernelsmith.compiler.cuda.reduce import reduction
 from kernelsmith.compiler.cuda.scan import scan
 from kernelsmith.compiler.cuda.spatial import cat, pool
+from kernelsmith.compiler.dtypes import FLOATS
 from kernelsmith.compiler.ir import (SCANS, CatGroup, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
                                      PoolGroup, ReductionGroup, Value)
 
 
-def generate(group: Group, values: dict[str, Value]) -> Generated:
-    """The CUDA sources of one group; ValueError when something is out of scope."""
+def generate(group: Group, values: dict[str, Value], precision: str = "fp32") -> Generated:
+    """The CUDA sources of one group; ValueError when something is out of scope. `precision` sets the
+    math of cuBLAS and cuDNN; every other kernel loads each value at its dtype and computes in float."""
     if not group.inputs:
         raise ValueError(f"{group.name}: a group without inputs is unsupported")
     _check_dtypes(group, values)
@@ -35,9 +37,9 @@ def generate(group: Group, values: dict[str, Value]) -> Generated:
     if isinstance(group, ReductionGroup):
         return scan(group) if group.reduce in SCANS else reduction(group)
     if isinstance(group, GemmGroup):
-        return gemm(group, values)
+        return gemm(group, values, precision)
     if isinstance(group, ConvGroup):
-        return conv(group, values)
+        return conv(group, values, precision)
     if isinstance(group, PoolGroup):
         return pool(group, values)
     if isinstance(group, CatGroup):
@@ -46,15 +48,15 @@ def generate(group: Group, values: dict[str, Value]) -> Generated:
 
 
 def _check_dtypes(group: Group, values: dict[str, Value]) -> None:
-    """float32 everywhere, except the int64 result of argmax/argmin, bool inputs of pointwise ops and bools
-    computed (as 0.0/1.0) and used inside the kernel."""
+    """Floats (float32, bfloat16, float16) everywhere, except the int64 result of argmax/argmin, bool inputs of
+    pointwise ops and bools computed (as 0.0/1.0) and used inside the kernel."""
     index_result = group.result if isinstance(group, ReductionGroup) and group.reduce in ARG_REDUCTIONS else None
     computed = [values[op.out] for op in group.ops()] + [values[r] for r in [getattr(group, "result", None)] if r]
     bool_inputs = {v.name for v in group.inputs if v.dtype == "bool"} & used(group.ops())
     stored = {v.name for v in group.outputs}
     for value in [*group.inputs, *group.outputs, *computed]:
-        wanted = "int64" if value.name == index_result else "float32"
+        wanted = ("int64",) if value.name == index_result else FLOATS
         if value.name in bool_inputs or (value.dtype == "bool" and value in computed and value.name not in stored):
             continue  # a bool read or computed as 0.0/1.0 inside the kernel
-        if value.dtype != wanted:
-            raise ValueError(f"{group.name}: {value.name} is {value.dtype}, unsupported (wanted {wanted})")
+        if value.dtype not in wanted:
+            raise ValueError(f"{group.name}: {value.name} is {value.dtype}, unsupported (wanted {' or '.join(wanted)})")

@@ -4,10 +4,11 @@ launches on the current stream: no torch compute."""
 
 from __future__ import annotations
 
-from kernelsmith.compiler.cuda.common import Param, braced, signature, template
+from kernelsmith.compiler.cuda.common import Param, braced, includes, signature, template
 from kernelsmith.compiler.ir import Generated, Group, Value
 
-TORCH_DTYPES = {"float32": "at::kFloat", "int64": "at::kLong", "bool": "at::kBool"}
+TORCH_DTYPES = {"float32": "at::kFloat", "int64": "at::kLong", "bool": "at::kBool", "bfloat16": "at::kBFloat16",
+                "float16": "at::kHalf"}
 
 
 def generated(group: Group, files: dict[str, str], params: list[Param], dense: set[str],
@@ -34,7 +35,8 @@ def _binding(group: Group, params: list[Param], dense: set[str], variants: int, 
               f'  TORCH_CHECK(status == 0, "{name}: launch failed: ", ks_status(status));',
               _return(group)]
     args = ", ".join(f"{'double' if v.scalar else 'at::Tensor'} in_{v.name}" for v in group.inputs)
-    head = template("binding_head.h").substitute(name=name, signature=signature(params))
+    head = template("binding_head.h").substitute(name=name, signature=signature(params),
+                                                 includes=includes(signature(params)))
     if workspace:
         head = head.replace("\nnamespace {", f"\n{_workspace_decl(name)}\nnamespace {{", 1)
     return (head + f"{_return_type(group)} {name}({args}, int64_t config) {{\n" + "\n".join(lines)
@@ -68,7 +70,7 @@ def _input_checks(kernel: str, value: Value, dense: bool, first: str) -> list[st
 
 
 def _allocation(out: Value, first: str) -> str:
-    dtype = "at::kLong" if out.dtype == "int64" else "at::kFloat"
+    dtype = TORCH_DTYPES[out.dtype]
     return (f"  auto out_{out.name} = at::empty(std::vector<int64_t>{braced(out.shape)}, "
             f"{first}.options().dtype({dtype}));")
 

@@ -12,7 +12,45 @@ from kernelsmith.compiler.ir import Group, ReductionGroup, Value
 MAX_BLOCKS = 1 << 20  # grid-stride loops cover the rest
 INT_MAX = 2**31 - 1
 ARG_REDUCTIONS = ("argmax", "argmin")
-HELPERS = ("ks_blocks", "ks_aligned")  # pasted into a .cu that calls them, in this order
+HELPERS = ("ks_blocks", "ks_aligned", "ks_bf16x4", "ks_half4")  # pasted into a .cu that calls them, in this order
+
+
+@dataclass(frozen=True)
+class Half:
+    """A 16-bit float as CUDA stores it. torch builds with __CUDA_NO_HALF_CONVERSIONS__ and
+    __CUDA_NO_BFLOAT16_CONVERSIONS__, so every conversion is a named call: into float math when
+    loaded, rounded to nearest when stored. `vector` converts four at once (text/<vector>.cuh)."""
+
+    ctype: str
+    to_float: str
+    from_float: str
+    aten: str  # ATen's C++ type, for data_ptr<>
+    header: str
+    vector: str
+    cuda_type: str  # cudaDataType_t, for cuBLAS
+    cudnn_type: str
+
+
+HALF_TYPES = {"bfloat16": Half("__nv_bfloat16", "__bfloat162float", "__float2bfloat16_rn", "at::BFloat16",
+                               "cuda_bf16.h", "ks_bf16x4", "CUDA_R_16BF", "CUDNN_DATA_BFLOAT16"),
+              "float16": Half("__half", "__half2float", "__float2half_rn", "at::Half", "cuda_fp16.h", "ks_half4",
+                              "CUDA_R_16F", "CUDNN_DATA_HALF")}
+
+
+def as_float(value: Value, expr: str) -> str:
+    """A loaded element of `value` as a float expression (a float32 one as it is)."""
+    return f"{HALF_TYPES[value.dtype].to_float}({expr})" if value.dtype in HALF_TYPES else expr
+
+
+def store(value: Value, target: str, expr: str) -> str:
+    """The statement storing float `expr` into `target`, an element of `value`: rounded to its dtype."""
+    stored = f"{HALF_TYPES[value.dtype].from_float}({expr})" if value.dtype in HALF_TYPES else expr
+    return f"{target} = {stored};"
+
+
+def includes(code: str) -> str:
+    """The headers of the 16-bit types `code` names, one `#include` line each after a newline ("" for none)."""
+    return "".join(f"\n#include <{h.header}>" for h in HALF_TYPES.values() if h.ctype in code or f"{h.vector}(" in code)
 
 
 def template(name: str):
@@ -56,7 +94,7 @@ class Read:
             return self.pointer  # a float argument of the kernel, not a pointer
         element = f"{self.pointer}[{self.access.offset_expr(flat, self.strides + '.s')}]"
         loaded = f"__ldg(&{element})" if self.cached else element
-        return f"(float){loaded}" if self.is_bool else loaded  # a bool joins float math as 0 or 1
+        return f"(float){loaded}" if self.is_bool else as_float(self.value, loaded)  # a bool: 0 or 1
 
 
 def read(value: Value, space: tuple[int, ...], var_prefix: str = "x_", strides_prefix: str = "s_") -> Read:
@@ -66,6 +104,8 @@ def read(value: Value, space: tuple[int, ...], var_prefix: str = "x_", strides_p
 
 
 def ctype(value: Value) -> str:
+    if value.dtype in HALF_TYPES:
+        return HALF_TYPES[value.dtype].ctype
     return "int64_t" if value.dtype == "int64" else "float"
 
 
@@ -82,7 +122,16 @@ def _input_param(v: Value) -> Param:
         return Param("float", f"p_{v.name}", f"(float)in_{v.name}")
     if v.dtype == "bool":
         return Param("const unsigned char*", f"p_{v.name}", f"(const unsigned char*)in_{v.name}.data_ptr<bool>()")
+    if v.dtype in HALF_TYPES:
+        return _half_param(v, f"in_{v.name}", "const ")
     return Param("const float*", f"p_{v.name}", f"in_{v.name}.data_ptr<float>()")
+
+
+def _half_param(v: Value, tensor: str, const: str) -> Param:
+    """ATen's at::BFloat16 / at::Half and CUDA's __nv_bfloat16 / __half are the same 16 bits."""
+    half = HALF_TYPES[v.dtype]
+    return Param(f"{const}{half.ctype}*", f"p_{v.name}",
+                 f"reinterpret_cast<{const}{half.ctype}*>({tensor}.data_ptr<{half.aten}>())")
 
 
 def stride_params(reads: list[Read]) -> list[Param]:
@@ -91,7 +140,8 @@ def stride_params(reads: list[Read]) -> list[Param]:
 
 
 def output_params(group: Group) -> list[Param]:
-    return [Param(f"{ctype(v)}*", f"p_{v.name}", f"out_{v.name}.data_ptr<{ctype(v)}>()") for v in group.outputs]
+    return [_half_param(v, f"out_{v.name}", "") if v.dtype in HALF_TYPES else
+            Param(f"{ctype(v)}*", f"p_{v.name}", f"out_{v.name}.data_ptr<{ctype(v)}>()") for v in group.outputs]
 
 
 def signature(params: list[Param], restrict: bool = False) -> str:
@@ -128,7 +178,8 @@ def cu_file(group: Group, what: str, kernels: list[str], launcher: str) -> str:
     """A .cu: header, the helpers the code calls, the kernels (file-local), the launcher."""
     code = "\n".join(kernels) + "\n}  // namespace\n\n" + launcher
     helpers = [_helper(name) for name in HELPERS if f"{name}(" in code]
-    return template("file_head.cuh").substitute(what=what, name=group.name) + "\n".join(helpers + [code])
+    head = template("file_head.cuh").substitute(what=what, name=group.name, includes=includes(code))
+    return head + "\n".join(helpers + [code])
 
 
 def _helper(name: str) -> str:

@@ -9,8 +9,9 @@ from math import prod
 from kernelsmith.compiler.cstyle import ops
 from kernelsmith.compiler.cstyle.access import Access
 from kernelsmith.compiler.cuda.binding import generated
-from kernelsmith.compiler.cuda.common import (Param, Read, call, cu_file, dense, indent, input_params, launcher,
-                                              output_params, read, require_outputs, signature, stride_params, table)
+from kernelsmith.compiler.cuda.common import (HALF_TYPES, Param, Read, call, cu_file, dense, indent, input_params,
+                                              launcher, output_params, read, require_outputs, signature, store,
+                                              stride_params, table)
 from kernelsmith.compiler.ir import Generated, Group, PointwiseGroup, Value
 
 
@@ -25,7 +26,7 @@ class Elementwise:
     reads: list[Read]
     body: list[str]  # computes the results from the reads' variables
     results: list[str]  # the C variable stored to each output
-    outputs: list[str]  # output pointers, in the same order
+    outputs: list[Value]  # the outputs, in the same order (pointer p_<name>)
     params: list[Param]
     template: str = ""  # a template parameter of the kernels, e.g. "bool ADD_BIAS"
 
@@ -46,7 +47,7 @@ class Elementwise:
                 "  }"]
 
     def _vector_pointers(self) -> list[str]:
-        return [r.pointer for r in self.reads if r.access.mode == "dense"] + self.outputs
+        return [r.pointer for r in self.reads if r.access.mode == "dense"] + [f"p_{o.name}" for o in self.outputs]
 
     def _template_head(self) -> str:
         return f"template <{self.template}>\n" if self.template else ""
@@ -69,10 +70,20 @@ class Elementwise:
         return read.load(f"(4 * v + {lane})")
 
     def _vec4_load(self, index: int, read: Read) -> str:
-        kind = "uchar4" if read.is_bool else "float4"  # four bools are four bytes
+        half = HALF_TYPES.get(read.value.dtype)
+        kind = "uchar4" if read.is_bool else "uint2" if half else "float4"  # four bools: 4 bytes; 16-bit: 8
         vector = f"reinterpret_cast<const {kind}*>({read.pointer})"
         load = f"__ldg({vector} + v)" if read.cached else f"{vector}[v]"
+        if half:
+            return f"    const float4 q{index} = {half.vector}({load});"
         return f"    const {kind} q{index} = {load};"
+
+    @staticmethod
+    def _vec4_store(out: Value, result: str) -> str:
+        half = HALF_TYPES.get(out.dtype)
+        if half:
+            return f"    reinterpret_cast<uint2*>(p_{out.name})[v] = {half.vector}({result});"
+        return f"    reinterpret_cast<float4*>(p_{out.name})[v] = {result};"
 
     def _vec4_kernel(self) -> str:
         results = [f"r{j}" for j in range(len(self.results))]
@@ -80,7 +91,7 @@ class Elementwise:
         loads = [self._vec4_load(i, r) for i, r in enumerate(self.reads) if r.access.mode == "dense"]
         calls = [self._element_call([self._lane_arg(i, r, lane) for i, r in enumerate(self.reads)]
                                     + [f"{res}.{'xyzw'[lane]}" for res in results]) for lane in range(4)]
-        stores = [f"    reinterpret_cast<float4*>({ptr})[v] = {res};" for ptr, res in zip(self.outputs, results)]
+        stores = [self._vec4_store(out, res) for out, res in zip(self.outputs, results)]
         return (f"{self._template_head()}__global__ void __launch_bounds__(512) "
                 f"{self.name}_vec4({signature(self.params, True)}, int64_t n_vec) {{\n"
                 + "\n".join(hoisted) + ("\n" if hoisted else "")
@@ -92,7 +103,7 @@ class Elementwise:
     def _scalar_kernel(self) -> str:
         results = [f"r{j}" for j in range(len(self.results))]
         element = self._element_call([r.load("flat") for r in self.reads] + results)
-        stores = [f"    {ptr}[flat] = {res};" for ptr, res in zip(self.outputs, results)]
+        stores = ["    " + store(out, f"p_{out.name}[flat]", res) for out, res in zip(self.outputs, results)]
         return (f"{self._template_head()}__global__ void __launch_bounds__(512) "
                 f"{self.name}_scalar({signature(self.params, True)}, int64_t start) {{\n"
                 "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
@@ -115,8 +126,7 @@ def pointwise(group: PointwiseGroup) -> Generated:
     body = ops.body_lines(group.body, names, "")
     require_outputs(group, names, numel)
     params = input_params(group) + stride_params(reads) + output_params(group)
-    kernel = Elementwise(group.name, numel, reads, body, [names[o.name] for o in group.outputs],
-                         [f"p_{o.name}" for o in group.outputs], params)
+    kernel = Elementwise(group.name, numel, reads, body, [names[o.name] for o in group.outputs], group.outputs, params)
     launch = [table("int", "kThreads", [t for t, _ in VARIANTS]),
               table("bool", "kVector", ["true" if v else "false" for _, v in VARIANTS]),
               "  const int threads = kThreads[config];"] + kernel.launch("threads", "kVector[config]")
@@ -131,9 +141,9 @@ def in_place_epilogue(group: Group, reads: list[Read], params: list[Param], prod
     """The epilogue kernel after a library call (cuBLAS, cuDNN) that wrote its result into the
     first output: read there as `product` and overwritten in place (each element by the thread
     that read it); `kept`: the first output is that result itself, so it is not stored again."""
-    first = Read(Value("ks_product", group.out_shape), Access("dense", group.out_shape), product,
-                 f"p_{group.outputs[0].name}", cached=False)
+    first = Read(Value("ks_product", group.out_shape, group.outputs[0].dtype), Access("dense", group.out_shape),
+                 product, f"p_{group.outputs[0].name}", cached=False)
     require_outputs(group, names, prod(group.out_shape))
-    stored = [o.name for o in group.outputs][int(kept):]
+    stored = group.outputs[int(kept):]
     return Elementwise(f"{group.name}_epilogue", prod(group.out_shape), [first] + reads, body,
-                       [names[o] for o in stored], [f"p_{o}" for o in stored], params, template)
+                       [names[o.name] for o in stored], stored, params, template)

@@ -1,6 +1,10 @@
-"""GEMMs: cuBLAS SGEMM in true fp32 (`<name>_gemm.cu`, text/gemm_cublas.cuh), then the bias and
-the pointwise epilogue in one elementwise kernel over the product, in place. With the bias
-through cuBLAS's beta, a kernel first fills the product buffer with the bias rows."""
+"""GEMMs: cuBLAS (`<name>_gemm.cu`, text/gemm_cublas.cuh), then the bias and the pointwise epilogue
+in one elementwise kernel over the product, in place. With the bias through cuBLAS's beta, a
+kernel first fills the product buffer with the bias rows.
+
+At fp32, SGEMM in true fp32. At tf32, bf16 and fp16, cublasGemmEx on tensor cores (TF32 for
+float32 operands, float accumulation for 16-bit ones); the product is written at the first
+output's dtype, which the epilogue reads back."""
 
 from __future__ import annotations
 
@@ -8,16 +12,19 @@ from math import prod
 
 from kernelsmith.compiler.cstyle import ops
 from kernelsmith.compiler.cuda.binding import generated
-from kernelsmith.compiler.cuda.common import (INT_MAX, Param, Read, call, cu_file, dense, input_params, launcher,
-                                              output_params, read, signature, stride_params, table, template, used)
+from kernelsmith.compiler.cuda.common import (HALF_TYPES, INT_MAX, Param, Read, call, ctype, cu_file, dense, includes,
+                                              input_params, launcher, output_params, read, signature, store,
+                                              stride_params, table, template, used)
 from kernelsmith.compiler.cuda.elementwise import Elementwise, in_place_epilogue
 from kernelsmith.compiler.ir import GemmGroup, Generated, Value
 
 EPILOGUE_THREADS = (256, 512, 128)
+CUDA_TYPES = {"float32": "CUDA_R_32F", **{dtype: half.cuda_type for dtype, half in HALF_TYPES.items()}}
 
 
-def gemm(group: GemmGroup, values: dict[str, Value]) -> Generated:
+def gemm(group: GemmGroup, values: dict[str, Value], precision: str = "fp32") -> Generated:
     _check(group, values)
+    ex = _uses_gemm_ex(group, values, precision)
     bias = group.bias if group.bias is not None and group.beta != 0.0 else None
     reads = _reads(group, values, bias)
     params = input_params(group) + stride_params(reads) + output_params(group)
@@ -25,13 +32,14 @@ def gemm(group: GemmGroup, values: dict[str, Value]) -> Generated:
     variants = _variants(group, bias)
     kernels = ([epilogue.source()] if bias or _needs_epilogue(group) else []) + \
         ([_bias_rows_kernel(group, params, reads[0])] if bias else [])
-    launch = (f'extern "C" int {group.name}_gemm(const float* a, const float* b, float* c, float beta, '
+    launch = (f'extern "C" int {group.name}_gemm({_gemm_params(group, values)}, float beta, '
               f"cudaStream_t stream);  // in {group.name}_gemm.cu\n\n"
               + launcher(group.name, params, len(variants), _launch(group, params, epilogue, variants, bias)))
     what = f"GEMM group {group.name} ({group.batch} x [{group.m}, {group.k}] @ [{group.k}, {group.n}]), its epilogue"
     files = {f"{group.name}.cu": cu_file(group, what, kernels, launch),
-             f"{group.name}_gemm.cu": _cublas(group, values)}
-    return generated(group, files, params, {group.a, group.b} | dense(reads), [_describe(v) for v in variants])
+             f"{group.name}_gemm.cu": _cublas(group, values, precision if ex else None)}
+    name = f"GemmEx ({_ex_math(values[group.a].dtype, precision)})" if ex else "sgemm"
+    return generated(group, files, params, {group.a, group.b} | dense(reads), [_describe(v, name) for v in variants])
 
 
 def _epilogue(group: GemmGroup, reads: list[Read], params: list[Param], bias: str | None) -> Elementwise:
@@ -55,6 +63,21 @@ def _check(group: GemmGroup, values: dict[str, Value]) -> None:
         raise ValueError(f"{group.name}: batched operands of shapes {list(a.shape)}, {list(b.shape)} are unsupported")
     if not (a.contiguous and b.contiguous):
         raise ValueError(f"{group.name}: non-contiguous GEMM operands are unsupported")
+    product = group.outputs[0].dtype
+    if a.dtype != b.dtype or product not in (a.dtype, "float32"):
+        raise ValueError(f"{group.name}: a GEMM of {a.dtype} @ {b.dtype} into a {product} buffer is unsupported "
+                         "(cuBLAS takes operands of one dtype, written at that dtype or float32)")
+
+
+def _uses_gemm_ex(group: GemmGroup, values: dict[str, Value], precision: str) -> bool:
+    """cublasGemmEx for tensor cores, or for operands SGEMM cannot take; SGEMM for fp32 as ever."""
+    return precision != "fp32" or values[group.a].dtype != "float32" or group.outputs[0].dtype != "float32"
+
+
+def _gemm_params(group: GemmGroup, values: dict[str, Value]) -> str:
+    """The operand pointers of `<name>_gemm`: A and B at their dtype, C (the first output) at its own."""
+    operand = ctype(values[group.a])
+    return f"const {operand}* a, const {operand}* b, {ctype(group.outputs[0])}* c"
 
 
 def _reads(group: GemmGroup, values: dict[str, Value], bias: str | None) -> list[Read]:
@@ -90,9 +113,9 @@ def _needs_epilogue(group: GemmGroup) -> bool:
     return bool(group.epilogue) or [o.name for o in group.outputs] != [group.result]
 
 
-def _describe(variant: tuple[bool, int]) -> str:
+def _describe(variant: tuple[bool, int], call_name: str) -> str:
     by_beta, threads = variant
-    return f"cuBLAS sgemm, bias {'through beta' if by_beta else 'in the epilogue'}, epilogue {threads} threads/block"
+    return f"cuBLAS {call_name}, bias {'through beta' if by_beta else 'in the epilogue'}, epilogue {threads} threads/block"
 
 
 def _bias_rows_kernel(group: GemmGroup, params: list[Param], bias: Read) -> str:
@@ -102,7 +125,7 @@ def _bias_rows_kernel(group: GemmGroup, params: list[Param], bias: Read) -> str:
             "  const int64_t step = (int64_t)gridDim.x * blockDim.x;\n"
             "  for (int64_t flat = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; "
             f"flat < {prod(group.out_shape)}LL; flat += step) {{\n"
-            f"    {out}[flat] = {bias.load('flat')};\n  }}\n}}\n")
+            f"    {store(group.outputs[0], out + '[flat]', bias.load('flat'))}\n  }}\n}}\n")
 
 
 def _launch(group: GemmGroup, params: list[Param], epilogue: Elementwise, variants, bias) -> list[str]:
@@ -126,16 +149,58 @@ def _launch(group: GemmGroup, params: list[Param], epilogue: Elementwise, varian
     return lines + (["  else"] + epilogue.launch("threads", "true", "false") if run_epilogue else [])
 
 
-def _cublas(group: GemmGroup, values: dict[str, Value]) -> str:
-    """`<name>_gemm.cu`: row-major C = A @ op(B) as cuBLAS's column-major C^T = op(B)^T A^T."""
+FP32_MATH = "in true fp32 (CUBLAS_DEFAULT_MATH: no TF32)"
+
+
+def _cublas(group: GemmGroup, values: dict[str, Value], precision: str | None = None) -> str:
+    """`<name>_gemm.cu`: row-major C = A @ op(B) as cuBLAS's column-major C^T = op(B)^T A^T; SGEMM
+    without a precision, cublasGemmEx with one."""
+    call, math = (_sgemm(group, values), FP32_MATH) if precision is None else _gemm_ex(group, values, precision)
+    params = _gemm_params(group, values)
+    return template("gemm_cublas.cuh").substitute(name=group.name, alpha=ops.literal(group.alpha), call=call,
+                                                  math=math, params=params, includes=includes(params))
+
+
+def _strides(group: GemmGroup, values: dict[str, Value]) -> tuple[int, int]:
+    """The batch strides of A and B (0: one matrix shared by the batch)."""
+    m, n, k = group.m, group.n, group.k
+    return (m * k if values[group.a].numel > m * k else 0), (n * k if values[group.b].numel > n * k else 0)
+
+
+def _sgemm(group: GemmGroup, values: dict[str, Value]) -> str:
     m, n, k = group.m, group.n, group.k
     op_b, ldb = ("CUBLAS_OP_T", k) if group.trans_b else ("CUBLAS_OP_N", n)
     common = f"handle, {op_b}, CUBLAS_OP_N, {n}, {m}, {k}, &alpha, b, {ldb}"
     if group.batch == 1:
-        cublas_call = f"status = cublasSgemm({common}, a, {k}, &beta, c, {n});"
+        return f"status = cublasSgemm({common}, a, {k}, &beta, c, {n});"
+    stride_a, stride_b = _strides(group, values)
+    return (f"status = cublasSgemmStridedBatched({common}, {stride_b}LL, a, {k}, {stride_a}LL, &beta, c, "
+            f"{n}, {m * n}LL, {group.batch});")
+
+
+def _compute_type(precision: str) -> str:
+    """TF32 tensor cores for float32 operands at tf32; float accumulation otherwise (16-bit operands
+    run on tensor cores with it)."""
+    return "CUBLAS_COMPUTE_32F_FAST_TF32" if precision == "tf32" else "CUBLAS_COMPUTE_32F"
+
+
+def _ex_math(operands: str, precision: str) -> str:
+    """What cublasGemmEx does with operands of this dtype at this precision."""
+    if operands != "float32":
+        return f"{operands} on tensor cores, float accumulation"
+    return "float32 on TF32 tensor cores" if precision == "tf32" else "float32 in true fp32"
+
+
+def _gemm_ex(group: GemmGroup, values: dict[str, Value], precision: str) -> tuple[str, str]:
+    """The cublasGemmEx (or StridedBatchedEx) call, and what its math is."""
+    m, n, k = group.m, group.n, group.k
+    ab, c, compute = CUDA_TYPES[values[group.a].dtype], CUDA_TYPES[group.outputs[0].dtype], _compute_type(precision)
+    op_b, ldb = ("CUBLAS_OP_T", k) if group.trans_b else ("CUBLAS_OP_N", n)
+    common = f"handle, {op_b}, CUBLAS_OP_N, {n}, {m}, {k}, &alpha, b, {ab}, {ldb}"
+    if group.batch == 1:
+        call = f"status = cublasGemmEx({common}, a, {ab}, {k}, &beta, c, {c}, {n}, {compute}, CUBLAS_GEMM_DEFAULT);"
     else:
-        stride_a = m * k if values[group.a].numel > m * k else 0
-        stride_b = n * k if values[group.b].numel > n * k else 0
-        cublas_call = (f"status = cublasSgemmStridedBatched({common}, {stride_b}LL, a, {k}, {stride_a}LL, &beta, c, "
-                       f"{n}, {m * n}LL, {group.batch});")
-    return template("gemm_cublas.cuh").substitute(name=group.name, alpha=ops.literal(group.alpha), call=cublas_call)
+        stride_a, stride_b = _strides(group, values)
+        call = (f"status = cublasGemmStridedBatchedEx({common}, {stride_b}LL, a, {ab}, {k}, {stride_a}LL, &beta, c, "
+                f"{c}, {n}, {m * n}LL, {group.batch}, {compute}, CUBLAS_GEMM_DEFAULT);")
+    return call, f"{_ex_math(values[group.a].dtype, precision)} ({compute}), C written as {c}"

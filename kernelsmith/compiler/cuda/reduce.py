@@ -13,7 +13,7 @@ from kernelsmith.compiler.cstyle import ops
 from kernelsmith.compiler.cuda.binding import generated
 from kernelsmith.compiler.cuda.common import (ARG_REDUCTIONS, Param, Read, call, cu_file, dense, fixed, indent,
                                               input_params, launcher, line_constants, output_params, read,
-                                              signature, slot_launch, stride_params, switch, template, used)
+                                              signature, slot_launch, store, stride_params, switch, template, used)
 from kernelsmith.compiler.ir import FULL_SHAPE_REDUCTIONS, SCANS, Generated, Group, ReductionGroup
 
 ACCUMULATORS = {
@@ -139,7 +139,7 @@ def loads(reads: list[Read], flat: str, names: dict[str, str], needed: set[str])
 
 
 def stores(group: Group, names: dict[str, str], flat: str, which: set[str]) -> list[str]:
-    return [f"p_{v.name}[{flat}] = {names[v.name]};" for v in group.outputs if v.name in which]
+    return [store(v, f"p_{v.name}[{flat}]", names[v.name]) for v in group.outputs if v.name in which]
 
 
 def _first_pass(parts: ReductionParts, ranged: bool = False) -> list[str]:

@@ -8,8 +8,9 @@ from math import prod
 
 from kernelsmith.compiler.cstyle import ops, window
 from kernelsmith.compiler.cuda.binding import generated
-from kernelsmith.compiler.cuda.common import (Param, call, cu_file, dense, indent, input_params, launcher,
-                                              output_params, read, require_outputs, signature, stride_params, table)
+from kernelsmith.compiler.cuda.common import (Param, as_float, call, cu_file, dense, indent, input_params, launcher,
+                                              output_params, read, require_outputs, signature, store, stride_params,
+                                              table)
 from kernelsmith.compiler.ir import CatGroup, Generated, PoolGroup, Value
 
 THREADS = (256, 128, 512)
@@ -25,9 +26,10 @@ def pool(group: PoolGroup, values: dict[str, Value]) -> Generated:
     names[group.result] = f"v_{group.result}"
     epilogue = ops.body_lines(group.epilogue, names, "")
     require_outputs(group, names, prod(group.out_shape))
-    lines = window.decode("flat", group.out_shape) + window.pool_lines(group, f"__ldg(&p_{group.x}[{{}}])")
+    x_at = as_float(values[group.x], f"__ldg(&p_{group.x}[{{}}])")
+    lines = window.decode("flat", group.out_shape) + window.pool_lines(group, x_at)
     lines += [f"const float {r.var} = {r.load('flat')};" for r in reads] + epilogue
-    lines += [f"p_{o.name}[flat] = {names[o.name]};" for o in group.outputs]
+    lines += [store(o, f"p_{o.name}[flat]", names[o.name]) for o in group.outputs]
     what = (f"{group.mode} pooling of {list(group.in_shape)} -> {list(group.out_shape)}, window {list(group.kernel)}, "
             f"stride {list(group.stride)}, padding {list(group.padding)}, its epilogue")
     return _per_output(group, what, params, lines, {group.x} | dense(reads))
@@ -35,9 +37,9 @@ def pool(group: PoolGroup, values: dict[str, Value]) -> Generated:
 
 def cat(group: CatGroup) -> Generated:
     """Each output element read from the part that holds it (window.cat_lines); parts dense."""
-    params = input_params(group) + output_params(group)
-    lines = window.cat_lines(group, lambda part, offset: f"__ldg(&p_{part}[{offset}])")
-    lines += [f"p_{o.name}[flat] = v_{group.result};" for o in group.outputs]
+    params, parts = input_params(group) + output_params(group), {v.name: v for v in group.inputs}
+    lines = window.cat_lines(group, lambda part, offset: as_float(parts[part], f"__ldg(&p_{part}[{offset}])"))
+    lines += [store(o, f"p_{o.name}[flat]", f"v_{group.result}") for o in group.outputs]
     what = f"cat of {len(group.parts)} parts along dim {group.dim} -> {list(group.out_shape)}"
     return _per_output(group, what, params, lines, set(group.parts))
 

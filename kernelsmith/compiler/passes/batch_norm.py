@@ -11,8 +11,6 @@ from kernelsmith.compiler.ir import Value
 from kernelsmith.compiler.passes.channels import channel_view
 from kernelsmith.compiler.passes.multi_output import BATCH_NORM
 
-FLOAT = "float32"
-
 
 def expand(graph: Graph) -> Graph:
     """Each folded batch norm node replaced by its chain; the consumers of its input and of the
@@ -49,6 +47,6 @@ def _links(node: Node, x: str, params: list[str | None], eps: float) -> list[Nod
     links, previous = [], None
     for i, (target, args, kwargs) in enumerate(steps):
         name = node.name if i == len(steps) - 1 else f"{node.name}_{i}"
-        links.append(Node(name, target, [previous if a is None else a for a in args], kwargs, node.shape, FLOAT))
+        links.append(Node(name, target, [previous if a is None else a for a in args], kwargs, node.shape, node.dtype))
         previous = name
     return links

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelsmith.compiler.dtypes import dtype_name
+from kernelsmith.compiler.dtypes import FLOATS, HALVES, dtype_name
 from kernelsmith.compiler.graph import CaptureError, Node, reads
 from kernelsmith.compiler.lowering import kind_of
 
@@ -24,7 +24,7 @@ def inline(nodes: list[Node], numbers: dict[str, float | int]) -> list[Node]:
     and becomes a number too (`numbers` learns it)."""
     kept = []
     for node in nodes:
-        if node.target == "scalar_tensor.default" and node.dtype in ("float32", "int64"):
+        if node.target == "scalar_tensor.default" and node.dtype in (*FLOATS, "int64"):
             numbers[node.name] = _scalar(node)  # masked_fill's fill value, as the decomposition makes it
             continue
         names = set(reads(node))
@@ -44,7 +44,10 @@ def inline(nodes: list[Node], numbers: dict[str, float | int]) -> list[Node]:
 
 
 def _scalar(node: Node) -> float | int:
+    """Its value as eager holds it: a bfloat16 or float16 fill value rounded to that dtype."""
     value = node.args[0]
+    if node.dtype in HALVES:
+        return torch.tensor(float(value), dtype=getattr(torch, node.dtype)).item()
     return int(value) if node.dtype == "int64" else float(value)
 
 

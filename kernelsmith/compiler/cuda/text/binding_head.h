@@ -5,7 +5,7 @@
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime.h>
+#include <cuda_runtime.h>${includes}
 
 #include <cstdint>
 #include <string>

@@ -2,7 +2,7 @@
 // CUDA headers only; torch stays in ${name}_binding.cpp.
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdint.h>
+#include <stdint.h>${includes}
 
 struct KsStrides { int64_t s[8]; };  // a strided input's strides, expanded to the index space
 
