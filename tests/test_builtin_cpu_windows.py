@@ -3,8 +3,9 @@ strided, 1-d, 3-d, transposed), max/average pooling, cumsum (along rows and alon
 dim), a convolution whose bias runs in the softmax after it, a Python float input, training-mode
 normalisations, a ShuffleNet unit, numbers made in forward with torch.tensor and a concatenation,
 each built from a real module's captured graph, every launch variant compared, and each
-model_new.py checked to be valid Python."""
+model_new.py checked to be valid Python. Some of them again at bf16 and fp16 (HALF_CASES)."""
 
+import copy
 import textwrap
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from kernelsmith.compiler import cpu  # noqa: E402
 from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
 from kernelsmith.compiler.ir import Group  # noqa: E402
 from kernelsmith.harness import build  # noqa: E402
+from kernelsmith.harness.compare import tolerance_for  # noqa: E402
+from kernelsmith.harness.loading import DTYPES  # noqa: E402
 
 CASES = {  # module, input shape
     "grouped": ("nn.Conv2d(4, 6, (3, 2), stride=(1, 2), padding=(2, 1), dilation=2, groups=2)", (2, 4, 9, 11)),
@@ -168,10 +171,37 @@ class Compare(nn.Module):
         return torch.where(y > 0.15, y, y * 0.25) * (y <= 0.5) + (y != 0.0)
 
 
+class LinearSoftmax(nn.Module):
+    # a GEMM with its bias and an epilogue, into a softmax
+    def __init__(self, k, n):
+        super().__init__()
+        self.lin = nn.Linear(k, n)
+    def forward(self, x):
+        return torch.softmax(torch.nn.functional.gelu(self.lin(x)) * 2.0, dim=-1)
+
+class ConvPool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+    def forward(self, x):
+        return torch.max_pool2d(torch.relu(self.conv(x)), 2).sum(dim=(2, 3), keepdim=True) * x.mean()
+
 class Scaled(nn.Module):
     def forward(self, x, s):
         return torch.relu(x * s) + s
 """
+# Captured at bf16 or fp16 (Model and its inputs cast, as the harness runs them): every value stored at that
+# dtype, computed in float; held to the precision's tolerance against fp32 torch on the same rounded weights and
+# inputs. A GEMM, a convolution, pooling, reductions, a scan, a concatenation, normalisations and a bool mask.
+HALF_CASES = {  # module, input shape, precision
+    "linear_softmax_bf16": ("LinearSoftmax(33, 20)", (7, 33), "bf16"),
+    "conv_pool_bf16": ("ConvPool()", (2, 3, 8, 8), "bf16"),
+    "cumsum_bf16": ("Cumsum(1)", (3, 70), "bf16"),
+    "batch_norm_bf16": ("nn.BatchNorm2d(4)", (3, 4, 5, 6), "bf16"),
+    "masked_softmax_bf16": ("MaskedSoftmax((3, 40))", (3, 40), "bf16"),
+    "layer_norm_fp16": ("RandomLayerNorm(7)", (3, 5, 7), "fp16"),
+    "cat_fp16": ("Inception()", (2, 3, 6, 5), "fp16"),
+}
 NAMESPACE = {"torch": torch, "nn": torch.nn}
 exec(MODULES, NAMESPACE)  # the same classes the task files define, for the reference
 
@@ -202,9 +232,9 @@ def _build_all(root: Path):
     headers are parsed once, which is most of the build time."""
     (root / "kernels").mkdir()
     plans, sources = {}, []
-    for i, (name, (module, shape, *floats)) in enumerate(CASES.items()):
+    for i, (name, module, shape, floats, precision) in enumerate(_all_cases()):
         (root / name).mkdir()
-        plan = build_plan(_task(root / name, module, shape, *floats), "cpu", "fp32")
+        plan = build_plan(_task(root / name, module, shape, *floats), "cpu", precision)
         assert not plan.unsupported, plan.unsupported
         assert all(group.outputs for group in plan.plan.groups()), f"{name}: a kernel with no outputs"
         compile(plan.model_new([0] * len(plan.variants)), f"{name}/model_new.py", "exec")  # what the session runs
@@ -217,6 +247,14 @@ def _build_all(root: Path):
     result = build.build(root / "kernels", "cpu", build_dir=root / "build")
     assert result.ok, result.summary
     return build.import_extension(result.so_path, result.name), plans
+
+
+def _all_cases():
+    """(name, module, input shape, float inputs, precision): CASES at fp32, then HALF_CASES."""
+    for name, (module, shape, *floats) in CASES.items():
+        yield name, module, shape, floats, "fp32"
+    for name, (module, shape, precision) in HALF_CASES.items():
+        yield name, module, shape, [], precision
 
 
 def _inputs(module, plan, forward_args) -> dict:
@@ -282,6 +320,38 @@ def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path):
                 else:
                     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5,
                                                msg=lambda m: f"{name} variant {config}: {m}")
+    for name in HALF_CASES:
+        _assert_half_case_close(ext, name, *plans[name])
+
+
+def _assert_half_case_close(ext, name: str, plan, variants: int) -> None:
+    """Every variant within the precision's tolerance of fp32 torch on the same rounded weights and input,
+    stored at the precision's dtype; a float32 input is refused by the binding's dtype check."""
+    module_source, shape, precision = HALF_CASES[name]
+    dtype = DTYPES[precision]
+    module = eval(module_source, NAMESPACE).to(dtype)
+    x = torch.randn(*shape).to(dtype)
+    tol = tolerance_for(dtype, precision)
+    with torch.no_grad():
+        expected = torch.tanh(copy.deepcopy(module).float()(x.float())) * 2.0
+        for config in range(variants):
+            got = _run(ext, plan, _inputs(module, plan, [x]), config)
+            assert got.dtype == dtype, f"{name} variant {config}: {got.dtype}"
+            torch.testing.assert_close(got.float(), expected, rtol=tol.rtol, atol=tol.atol,
+                                       msg=lambda m: f"{name} variant {config}: {m}")
+        _assert_refuses_float32(ext, plan, _inputs(module, plan, [x]), str(dtype).removeprefix("torch."))
+
+
+def _assert_refuses_float32(ext, plan, args: dict, dtype: str) -> None:
+    """The first kernel, given its first `dtype` input as float32, raises the binding's one-line error."""
+    values = dict(args)
+    for view in plan.prelude:
+        values[view.out.name] = view.view.apply(values[view.source])
+    group = plan.groups()[0]
+    i = next(i for i, v in enumerate(group.inputs) if v.dtype == dtype)
+    wrong = [values[v.name].float() if j == i else values[v.name] for j, v in enumerate(group.inputs)]
+    with pytest.raises(RuntimeError, match=f"input {i} \\({group.inputs[i].name}\\) must be {dtype}"):
+        getattr(ext, group.name)(*wrong, 0)
 
 
 def _assert_scan_close(name: str, config: int, module, x: torch.Tensor, got: torch.Tensor) -> None:

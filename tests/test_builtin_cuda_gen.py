@@ -34,6 +34,7 @@ class Case:
     atol: float = 1e-5
     rtol: float = 1e-4
     tags: set[str] = field(default_factory=set)
+    precision: str = "fp32"  # what cuda.generate is told (the cuBLAS and cuDNN math)
 
 
 def _v(name: str, shape, dtype: str = "float32", contiguous: bool = True) -> Value:
@@ -361,11 +362,38 @@ CASES = {f.__name__.removesuffix("_case"): f for f in (
     long_row_mean_case, cat_case)}
 
 
+
+# --- the same groups at the other precisions (docs/builtin.md, "Precisions") ------------------
+
+def at_precision(make: Callable[[], Case], precision: str, dtype: str = "float32") -> Callable[[], Case]:
+    """`make`'s case generated at `precision`, every float tensor stored as `dtype` (a Python float stays a
+    float), its group renamed apart (`<name>_<precision>`) so that one extension holds every case."""
+    def made() -> Case:
+        case = make()
+        values = [*case.values.values(), *case.group.inputs, *case.group.outputs]
+        for value in values:
+            if value.dtype == "float32" and not value.scalar:
+                value.dtype = dtype
+        case.group.name, case.precision = f"{case.group.name}_{precision}", precision
+        return case
+    return made
+
+
+PRECISION_CASES = {  # precision: (the tensors' dtype, the cases)
+    "bf16": ("bfloat16", ("pointwise", "rmsnorm", "argmax", "gemm", "bmm", "conv2d", "max_pool", "cumsum_rows",
+                          "masked", "cat", "long_row_softmax")),
+    "fp16": ("float16", ("pointwise", "softmax", "linear", "conv_transpose1d", "avg_pool3d")),
+    "tf32": ("float32", ("gemm", "conv2d")),  # float32 storage: only cuBLAS's and cuDNN's math differ
+}
+CASES.update({f"{name}_{precision}": at_precision(CASES[name], precision, dtype)
+              for precision, (dtype, names) in PRECISION_CASES.items() for name in names})
+
+
 def generate_all() -> dict[str, Generated]:
     out = {}
     for name, make in CASES.items():
         case = make()
-        out[name] = cuda.generate(case.group, case.values)
+        out[name] = cuda.generate(case.group, case.values, case.precision)
     return out
 
 
@@ -449,7 +477,7 @@ def test_argmax_result_is_int64():
 
 def test_out_of_scope_groups_raise_value_error():
     case = pointwise_case()
-    case.values["t3"] = Value("t3", (2, 3, 5, 7), "float16")
+    case.values["t3"] = Value("t3", (2, 3, 5, 7), "float64")  # (16-bit floats are stored; float64 is not)
     with pytest.raises(ValueError, match="unsupported"):
         cuda.generate(case.group, case.values)
     arg = argmax_case()
@@ -536,7 +564,7 @@ def test_generated_bindings_compile(tmp_path):
     bindings = sorted(p.name for p in tmp_path.glob("*_binding.cpp"))
     # light bindings: no <torch/extension.h> in the unit, so one that needs it fails here
     unit = [f"#include {h}" for h in ('"binding_light.h"', "<c10/cuda/CUDAGuard.h>", "<c10/cuda/CUDAStream.h>",
-                                      "<cuda_runtime.h>")]
+                                      "<cuda_runtime.h>", "<cuda_bf16.h>", "<cuda_fp16.h>")]
     unit += [f'namespace ks_{name.removesuffix(".cpp")} {{\n#include "{name}"\n}}' for name in bindings]
     (tmp_path / "all_bindings.cpp").write_text("\n".join(unit) + "\n")
     torch_include = Path(torch_spec.origin).parent / "include"
@@ -549,8 +577,13 @@ def test_generated_bindings_compile(tmp_path):
     assert proc.returncode == 0, "\n".join(errors[:20]) or proc.stderr[-4000:]
 
 
+# torch's cpp_extension compiles .cu files with these: no implicit conversions of __half and __nv_bfloat16
+NO_HALF_CONVERSIONS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                       "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__"]
+
+
 def _compile(nvcc: str, files: list[str], cwd: Path, extra: list[str] = ()) -> None:
-    cmd = [nvcc, "-c", "-arch=sm_90", "-std=c++17", "-O3", *extra, *files]
+    cmd = [nvcc, "-c", "-arch=sm_90", "-std=c++17", "-O3", *NO_HALF_CONVERSIONS, *extra, *files]
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     assert proc.returncode == 0, f"nvcc failed:\n{proc.stdout}\n{proc.stderr}"
     assert "warning" not in proc.stderr.lower(), proc.stderr

@@ -2,7 +2,9 @@
 
 Every case of tests/test_builtin_cuda_gen.py is generated into one kernels/ folder, built once
 with the harness's build (as kernelsmith.ext does), and each launch variant is compared with
-torch computing the same thing in fp32.
+torch computing the same thing in fp32. The cases at bf16, fp16 and tf32 (its PRECISION_CASES)
+take their inputs at their dtype and are held to that precision's tolerance
+(harness/compare.py) against fp32 torch on the same (rounded) inputs.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ pytestmark = [pytest.mark.gpu,
 
 from kernelsmith.compiler import cuda  # noqa: E402
 from kernelsmith.harness import build  # noqa: E402
+from kernelsmith.harness.compare import tolerance_for  # noqa: E402
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int64": torch.int64}
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "test_builtin_cuda_gen.py"
 
@@ -86,8 +91,8 @@ def _random(value, generator) -> torch.Tensor:
     if value.dtype == "bool":
         return torch.randn(shape, device="cuda", generator=generator) > 0
     if value.contiguous:
-        return torch.randn(shape, device="cuda", generator=generator)
-    base = torch.randn(shape[::-1], device="cuda", generator=generator)
+        return torch.randn(shape, device="cuda", generator=generator).to(TORCH_DTYPES[value.dtype])
+    base = torch.randn(shape[::-1], device="cuda", generator=generator).to(TORCH_DTYPES[value.dtype])
     return base.permute(*reversed(range(len(shape))))
 
 
@@ -101,21 +106,37 @@ def _inputs(case, seed: int = 0) -> dict:
     return {v.name: _random(v, generator) for v in case.group.inputs}
 
 
+def _as_float(inputs: dict) -> dict:
+    """16-bit inputs as float32, for the fp32 reference (their rounding is part of the inputs)."""
+    return {k: v.float() if isinstance(v, torch.Tensor) and v.dtype in (torch.bfloat16, torch.float16) else v
+            for k, v in inputs.items()}
+
+
+def _tolerance(case, out, expected: torch.Tensor) -> tuple[float, float]:
+    """(rtol, atol): the case's own in fp32; the precision's (harness/compare.py) otherwise, its atol
+    scaled to the result for the library calls, whose sums grow with their length."""
+    if case.precision == "fp32":
+        return case.rtol, 1e-3 * float(expected.abs().max()) if "gemm" in case.tags else case.atol
+    tol = tolerance_for(TORCH_DTYPES[out.dtype], case.precision)
+    scale = max(1.0, float(expected.abs().max())) if case.tags & {"gemm", "conv"} else 1.0
+    return tol.rtol, tol.atol * scale
+
+
 @pytest.mark.parametrize("name", list(cases.CASES))
 def test_every_variant_matches_torch(ext, name):
     case = cases.CASES[name]()
-    made = cuda.generate(case.group, case.values)
+    made = cuda.generate(case.group, case.values, case.precision)
     inputs = _inputs(case)
     kept = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}  # floats pass by value
-    expected = case.reference(torch, inputs)
+    expected = case.reference(torch, _as_float(inputs))
     for config, variant in enumerate(made.variants):
         got = _run(ext, case, inputs, config)
         torch.cuda.synchronize()
         for out, g, e in zip(case.group.outputs, got, expected):
             where = f"{name} variant {config} ({variant}), output {out.name}"
-            assert g.shape == e.shape and g.dtype == e.dtype, where
-            atol = 1e-3 * float(e.abs().max()) if "gemm" in case.tags else case.atol
-            torch.testing.assert_close(g, e, rtol=case.rtol, atol=atol, msg=lambda m: f"{where}: {m}")
+            assert g.shape == e.shape and g.dtype == TORCH_DTYPES[out.dtype], where
+            rtol, atol = _tolerance(case, out, e)
+            torch.testing.assert_close(g.to(e.dtype), e, rtol=rtol, atol=atol, msg=lambda m: f"{where}: {m}")
     for key, value in kept.items():
         assert torch.equal(inputs[key], value), f"{name} modified its input {key}"
 
