@@ -793,6 +793,11 @@ PATCHES = {
         for obj in gc.get_objects():
             if type(obj).__name__ == "Clocks":
                 obj.time_call = obj.time_call.__func__.__get__(obj)''',
+    "a tool swapped on the harness's object": '''
+        import gc
+        for obj in gc.get_objects():
+            if type(obj).__name__ == "L2Flusher":
+                obj.buffer = obj.buffer[:1]  # a flush of 4 bytes: its time is free for hidden work''',
     "a function of the reference's module": '''
         _task = sys.modules["ks_reference"]
         _task.get_inputs = lambda _get=_task.get_inputs: _get()''',

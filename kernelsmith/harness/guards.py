@@ -244,7 +244,7 @@ class IdentitySnapshot:
                 self.extra.update(spaces)
                 self._watch_namespaces(spaces)
             elif obj is not None:
-                self.objects[name] = (obj, _instance_callables(obj))
+                self.objects[name] = (obj, _instance_state(obj))
                 self.insides.update({(name, "__call__"): _insides(obj)} if isinstance(obj, types.FunctionType) else {})
 
     def changed(self) -> list[str]:
@@ -266,9 +266,9 @@ class IdentitySnapshot:
     def _objects_changed(self) -> list[str]:
         problems = []
         for name, (obj, before) in self.objects.items():
-            after = _instance_callables(obj)
-            problems += [f"{name}.{attr} (set on the object)" for attr in after
-                         if attr not in before or after[attr] is not before[attr]]
+            after = _instance_state(obj)
+            problems += [f"{name}.{attr} (set on the object)" for attr in before.keys() | after.keys()
+                         if attr not in before or attr not in after or after[attr] is not before[attr]]
             if (name, "__call__") in self.insides and not _same_insides(self.insides[(name, "__call__")],
                                                                       _insides(obj)):
                 problems.append(f"{name} (its code or closure)")
@@ -279,13 +279,16 @@ def _is_code(obj) -> bool:
     return callable(obj) or isinstance(obj, (type, staticmethod, classmethod, property))
 
 
-def _instance_callables(obj) -> dict[str, object]:
-    """The callables an object holds in its own __dict__ (a patched method lands there)."""
+def _instance_state(obj) -> dict[str, object]:
+    """What an object holds in its own __dict__, by identity, but the attributes its class says it changes
+    as it works (MUTABLE: a counter, the latest draw). A method set on it lands here, and so does anything
+    it works with swapped for another (the flusher's buffer for a tiny one, its handle on the CUDA runtime)."""
     try:
         own = dict(vars(obj))
     except TypeError:
         return {}
-    return {attr: value for attr, value in own.items() if callable(value) and not isinstance(value, type)}
+    mutable = getattr(type(obj), "MUTABLE", frozenset())
+    return {attr: value for attr, value in own.items() if attr not in mutable}
 
 
 class ProcessGuard:

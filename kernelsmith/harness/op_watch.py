@@ -76,6 +76,8 @@ class NativeOpWatch:
     """Arm around each watched call (outside the timed interval); read the verdict at the end.
     Holds its own references to the extension's functions, taken before candidate code runs."""
 
+    MUTABLE = frozenset({"blind", "tampered", "runs", "expected_arms"})
+
     def __init__(self, ext):
         self._arm, self._disarm = ext.arm, ext.disarm
         self.forbidden: dict[str, int] = {}

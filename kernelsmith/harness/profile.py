@@ -46,6 +46,8 @@ class InputPool:
     clock (evaluation/checks.py compares them); the warm-up cycles through fixed sets.
     """
 
+    MUTABLE = frozenset({"runs", "fresh", "last"})  # (guards.IdentitySnapshot.watch: all else stays as built)
+
     def __init__(self, task, seeds: list[int], device: str, precision: str, draw=None):
         self.task, self.device, self.precision = task, device, precision
         first = loading.seeded_inputs(task, seeds[0], device, precision)
@@ -259,6 +261,8 @@ class ParentClock:
     """This side of the parent's clock: `ready NAME`, wait for the parent's go, run, `done`. The parent
     times each bracket with a clock this process cannot reach (evaluation/runner.py)."""
 
+    MUTABLE = frozenset({"timed_ms"})
+
     def __init__(self, fds: list[int]):
         import os
 
@@ -320,6 +324,8 @@ class Checksums:
     """The checksum of every timed candidate output, taken inside the parent's bracket of its run,
     with the seed of its inputs' draw. The parent judges them against its own record of the seeds it
     handed out (a claim of other inputs is a violation), through a trusted process that rebuilds them."""
+
+    MUTABLE = frozenset({"previous"})
 
     def __init__(self, device: str):
         self.device = device
