@@ -139,7 +139,8 @@ case "$STEP" in
   redteam-tests)  # issue 16: the red team (work moved out of the timed window among its attacks), then the GPU
                   # harness tests in the time left (TESTS= picks them; the examples and the workdir need a call of their own)
     command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
-    timeout ${RT_LIMIT:-300} python3 bench/redteam.py --device cuda --out "$OUT" 2>&1 | grep --line-buffered -v Warn | tee "$OUT/redteam.log"
+    timeout ${RT_LIMIT:-300} python3 bench/redteam.py --device cuda --only "${ONLY:-}" --out "$OUT" 2>&1 | grep --line-buffered -v Warn | tee "$OUT/redteam.log"
+    [ "${TEST_LIMIT:-270}" = 0 ] && exit 0  # the red team alone (ONLY= picks its candidates)
     timeout ${TEST_LIMIT:-270} python3 -m pytest tests/gpu/test_gpu_harness.py -q -rA -p no:cacheprovider --timeout 250 --durations 0 \
       -k "${TESTS:-not example and not workdir}" > "$OUT/gpu_tests.log" 2>&1
     grep -E "^(PASSED|FAILED|ERROR)|passed|failed|^E " "$OUT/gpu_tests.log" | cut -c1-300 | tail -30 ;;
