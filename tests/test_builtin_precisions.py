@@ -157,3 +157,11 @@ def test_what_a_precision_cannot_generate_is_one_line(tmp_path):
     assert not build_plan(_task(tmp_path, "self.conv(y).float()"), "cpu", "bf16").unsupported  # the CPU's own loop
     (unknown,) = build_plan(_task(tmp_path), "cuda", "int8").unsupported
     assert unknown == "precision int8 (the built-in policy generates fp32, tf32, bf16, fp16)"
+
+
+def test_the_compiler_captures_at_the_dtypes_the_harness_runs():
+    """The compiler (parent side) cannot import the harness's loading (worker side); its own map must agree."""
+    from kernelsmith.compiler.dtypes import AT_PRECISION
+    from kernelsmith.harness.loading import DTYPES
+
+    assert {p: d for p, d in DTYPES.items() if d is not None} == AT_PRECISION

@@ -18,12 +18,11 @@ from pathlib import Path
 import torch
 
 from kernelsmith.compiler.decompositions import decompositions
-from kernelsmith.compiler.dtypes import dtype_name
+from kernelsmith.compiler.dtypes import AT_PRECISION, dtype_name
 from kernelsmith.compiler.graph import CaptureError, Graph, Node, consumers_of
 from kernelsmith.compiler.ir import Value
 from kernelsmith.compiler.passes import dead_code, literals
 from kernelsmith.evaluation import sources
-from kernelsmith.harness import loading
 
 # torch.export keeps its tracing mode in process-wide state: two captures at once (the bench runs
 # sessions on threads) fail with "ProxyTorchDispatchMode slot already occupied", and the task
@@ -64,10 +63,11 @@ def _capture(task_path: Path, precision: str) -> Graph:
 def _at_precision(model, inputs: tuple, precision: str):
     """Model and its inputs cast as the harness casts them (harness/loading.py): floating
     parameters, buffers and input tensors to the precision's dtype; fp32 and tf32 leave them."""
-    dtype = loading.DTYPES.get(precision)
+    dtype = AT_PRECISION.get(precision)
     if dtype is None:
         return model, inputs
-    return model.to(dtype), tuple(loading.cast_floating(x, precision) for x in inputs)
+    cast = lambda x: x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+    return model.to(dtype), tuple(cast(x) for x in inputs)
 
 
 def _export(model, traced: tuple):

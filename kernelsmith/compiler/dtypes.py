@@ -15,3 +15,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 # Floating values a kernel stores, in any of these dtypes; it computes and accumulates in float.
 FLOATS = ("float32", "bfloat16", "float16")
 HALVES = ("bfloat16", "float16")  # 16-bit storage: loaded into float, rounded to nearest when stored
+
+# What the harness runs Model and its floating inputs at, per precision (harness/loading.py's DTYPES, which
+# the compiler cannot import: it runs in the parent, the harness in the workers; tests/test_builtin_precisions.py
+# checks that the two agree). fp32 and tf32 keep float32.
+AT_PRECISION = {"bf16": torch.bfloat16, "fp16": torch.float16}
