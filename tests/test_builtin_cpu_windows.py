@@ -59,6 +59,10 @@ CASES = {  # module, input shape
     # softmax (the masked_row_softmax example), comparisons into where and into a product
     "masked_softmax": ("MaskedSoftmax((3, 40))", (3, 40)),
     "compare": ("Compare()", (4, 50)),
+    # scaled_dot_product_attention with a bool mask made in forward that hides every key from about a quarter
+    # of the query rows (their output is 0: _safe_softmax, kept whole) and hides the first keys of others
+    # (an online softmax must not compute exp(-inf - -inf))
+    "attention": ("Attention()", (2, 3, 8, 8)),
 }
 
 MODULES = """
@@ -189,6 +193,10 @@ class ConvPool(nn.Module):
 class Scaled(nn.Module):
     def forward(self, x, s):
         return torch.relu(x * s) + s
+
+class Attention(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.scaled_dot_product_attention(x, torch.tanh(x), x * x, attn_mask=x > 1.0)
 """
 # Captured at bf16 or fp16 (Model and its inputs cast, as the harness runs them): every value stored at that
 # dtype, computed in float; held to the precision's tolerance against fp32 torch on the same rounded weights and

@@ -320,6 +320,23 @@ def frobenius_case() -> Case:
     return Case(group, _values(x, n, y), ref, atol=1e-5, rtol=1e-4, tags={"split"})
 
 
+def safe_softmax_case() -> Case:
+    """Attention's softmax: the scores where(mask, x, -inf), then where(rows, ..., -inf) hiding whole rows
+    ([6, 1], broadcast: half of them at random), then a softmax that is 0 on a row with no key left and must
+    not compute exp(-inf - -inf) where a row starts masked."""
+    shape = (6, 70)
+    x, mask, rows = _v("x", shape), _v("mask", shape, "bool"), _v("rows", (6, 1), "bool")
+    s0, s, y = _v("s0", shape), _v("s", shape), _v("y", shape)
+    prologue = [Op("where", ["mask", "x", float("-inf")], "s0"), Op("where", ["rows", "s0", float("-inf")], "s")]
+    group = ReductionGroup("k28_safe_softmax", [x, mask, rows], [y], in_shape=shape, dims=(1,),
+                           reduce="safe_softmax", operand="s", result="y", result_shape=shape, prologue=prologue)
+
+    def ref(torch, t):
+        scores = torch.where(t["mask"] & t["rows"], t["x"], float("-inf"))
+        return [torch.nan_to_num(torch.softmax(scores, dim=1), nan=0.0)]  # softmax is NaN on an all -inf row
+    return Case(group, _values(x, mask, rows, s0, s, y), ref)
+
+
 def long_row_softmax_case() -> Case:
     """softmax over two rows of 100003 (a prime: the last chunk is short), split across blocks."""
     case = softmax_case(shape=(2, 100003), name="k24_long_softmax")
@@ -359,7 +376,7 @@ CASES = {f.__name__.removesuffix("_case"): f for f in (
     column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case,
     conv2d_case, conv_transpose1d_case, depthwise_conv3d_case, max_pool_case, avg_pool3d_case, cumsum_rows_case,
     cumsum_columns_case, masked_case, float_input_case, frobenius_case, long_row_softmax_case, long_row_argmax_case,
-    long_row_mean_case, cat_case)}
+    long_row_mean_case, cat_case, safe_softmax_case)}
 
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import torch
 
 # Ops the generators handle whole: decomposing them would only make more, smaller ops.
-KEPT_WHOLE = ("softplus", "logsumexp", "mish", "silu", "hardswish", "hardsigmoid", "rsub", "square")
+KEPT_WHOLE = ("softplus", "logsumexp", "mish", "silu", "hardswish", "hardsigmoid", "rsub", "square",
+              # attention's softmax, 0 on rows that are all -inf: decomposed, a bool `any` stored between kernels
+              "_safe_softmax")
 
 
 def decompositions() -> dict:

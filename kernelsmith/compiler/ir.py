@@ -69,8 +69,9 @@ class PointwiseGroup(Group):
 
 
 REDUCTIONS = ("sum", "mean", "amax", "amin", "argmax", "argmin", "logsumexp", "norm2",
-              "softmax", "log_softmax", "cumsum")
-FULL_SHAPE_REDUCTIONS = ("softmax", "log_softmax", "cumsum")  # their result has the operand's shape
+              "softmax", "safe_softmax", "log_softmax", "cumsum")
+# their result has the operand's shape (safe_softmax: softmax, but 0 on a row that is all -inf, as attention's)
+FULL_SHAPE_REDUCTIONS = ("softmax", "safe_softmax", "log_softmax", "cumsum")  # their result has the operand's shape
 SCANS = ("cumsum",)  # full-shape, and each element's result needs only the range before it
 
 

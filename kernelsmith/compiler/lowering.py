@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from kernelsmith.compiler.dtypes import FLOATS
 from kernelsmith.compiler.graph import Node
-from kernelsmith.compiler.ir import Op, View
+from kernelsmith.compiler.ir import FULL_SHAPE_REDUCTIONS, Op, View
 
 
 class Unsupported(Exception):
@@ -27,7 +27,7 @@ CONVOLUTIONS = {"convolution"}
 CATS = {"cat"}
 POOLS = {"max_pool", "avg_pool2d", "avg_pool3d"}  # max_pool: max_poolNd_with_indices's values, folded
 REDUCTION_TARGETS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "argmax": "argmax",
-                     "argmin": "argmin", "_softmax": "softmax", "_log_softmax": "log_softmax",
+                     "argmin": "argmin", "_softmax": "softmax", "_safe_softmax": "safe_softmax", "_log_softmax": "log_softmax",
                      "logsumexp": "logsumexp", "linalg_vector_norm": "norm2", "cumsum": "cumsum"}
 
 
@@ -173,7 +173,7 @@ def reduction_spec(node: Node, rank: int) -> ReductionSpec:
     reduce, args = REDUCTION_TARGETS[base(node.target)], list(node.args)
     if node.kwargs.get("dtype") not in (None, *FLOATS):  # (accumulated in float, stored at the result's dtype)
         raise Unsupported(f"{node.target} with dtype={node.kwargs['dtype']}")
-    if reduce in ("softmax", "log_softmax", "cumsum"):  # one dim, the result at the operand's shape
+    if reduce in FULL_SHAPE_REDUCTIONS:  # one dim, the result at the operand's shape
         return ReductionSpec(reduce, args[0], _dims([args[1]], rank), False)
     if reduce == "norm2":
         order = node.kwargs.get("ord", args[1] if len(args) > 1 else 2)

@@ -54,7 +54,7 @@ def _row_prologue(group: ReductionGroup, element: str, names: dict[str, str] | N
 
 
 def _init(reduce: str) -> list[str]:
-    if reduce in ("logsumexp", "softmax", "log_softmax"):
+    if reduce in ("logsumexp", "softmax", "safe_softmax", "log_softmax"):
         return ["float m = -INFINITY, s = 0.0f;"]
     lines = [f"float acc = {INIT[reduce]};"]
     return lines + ["int64_t best = 0;"] if reduce in ("argmax", "argmin") else lines
@@ -69,8 +69,10 @@ def _accumulate(reduce: str, x: str) -> str:
         return f"acc = {'fmaxf' if reduce == 'amax' else 'fminf'}(acc, {x});"
     if reduce in ("argmax", "argmin"):
         return f"{{ const float x = {x}; if (x {'>' if reduce == 'argmax' else '<'} acc) {{ acc = x; best = r; }} }}"
+    # x == m counts exp(0) without computing exp(-inf - -inf) = NaN on a row that starts with -inf (attention's
+    # masked scores); the first finite x then scales that count by exp(-inf) = 0 (the CUDA Acc::join's rule)
     return (f"{{ const float x = {x}; if (x > m) {{ s = s * expf(m - x) + 1.0f; m = x; }} "
-            f"else {{ s += expf(x - m); }} }}")
+            f"else {{ s += x == m ? 1.0f : expf(x - m); }} }}")
 
 
 def _finish_reduced(group: ReductionGroup) -> tuple[list[str], dict[str, str]]:
@@ -103,7 +105,8 @@ def _second_pass(group: ReductionGroup, element: str, reduced_names: dict[str, s
     lines += body_lines(group.prologue, names)
     if group.reduce in FULL_SHAPE_REDUCTIONS:
         x = names.get(group.operand, group.operand)
-        value = f"(expf({x} - m) / s)" if group.reduce == "softmax" else f"({x} - m - logf(s))"
+        value = {"softmax": f"(expf({x} - m) / s)", "safe_softmax": f"(m == -INFINITY ? 0.0f : expf({x} - m) / s)",
+                 "log_softmax": f"({x} - m - logf(s))"}[group.reduce]
         lines.append(f"    const float v_{group.result} = {value};")
         names[group.result] = f"v_{group.result}"
         lines += body_lines(group.epilogue, names)

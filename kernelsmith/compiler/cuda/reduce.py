@@ -23,14 +23,15 @@ ACCUMULATORS = {
     "amin": template("acc_extremum.cuh").substitute(init="INFINITY", cmp="<"),
     "argmax": template("acc_arg.cuh").substitute(cmp=">"), "argmin": template("acc_arg.cuh").substitute(cmp="<"),
     "logsumexp": fixed("acc_logsumexp.cuh"), "softmax": fixed("acc_logsumexp.cuh"),
-    "log_softmax": fixed("acc_logsumexp.cuh"),
+    "log_softmax": fixed("acc_logsumexp.cuh"), "safe_softmax": fixed("acc_logsumexp.cuh"),
 }
 
 # the reduced value from the team's accumulator (non-full reductions)
 FINAL = {"sum": "acc.a", "mean": "(acc.a / {size})", "norm2": "sqrtf(acc.a)", "amax": "acc.a", "amin": "acc.a",
          "argmax": "acc.k", "argmin": "acc.k", "logsumexp": "(acc.m + logf(acc.s))"}
 # the full-shape result at one element x
-ELEMENT = {"softmax": "(expf({x} - acc.m) / acc.s)", "log_softmax": "({x} - acc.m - ks_log_sum)"}
+ELEMENT = {"softmax": "(expf({x} - acc.m) / acc.s)", "log_softmax": "({x} - acc.m - ks_log_sum)",
+           "safe_softmax": "(acc.m == -INFINITY ? 0.0f : expf({x} - acc.m) / acc.s)"}
 
 
 @dataclass(frozen=True)
