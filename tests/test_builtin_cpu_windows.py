@@ -63,6 +63,10 @@ CASES = {  # module, input shape
     # of the query rows (their output is 0: _safe_softmax, kept whole) and hides the first keys of others
     # (an online softmax must not compute exp(-inf - -inf))
     "attention": ("Attention()", (2, 3, 8, 8)),
+    # operands a GEMM cannot read as they are (a transposed activation, MultiheadAttention's head split): a
+    # pointwise kernel copies them dense first (level3/31 and level3/46 stopped at "a non-contiguous operand")
+    "transposed_bmm": ("TransposedBmm()", (3, 6, 5)),
+    "multihead": ("MultiHead(8, 2)", (5, 2, 8)),
 }
 
 MODULES = """
@@ -193,6 +197,17 @@ class ConvPool(nn.Module):
 class Scaled(nn.Module):
     def forward(self, x, s):
         return torch.relu(x * s) + s
+
+class TransposedBmm(nn.Module):
+    def forward(self, x):
+        return torch.bmm(x.transpose(1, 2), torch.relu(x))
+
+class MultiHead(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(dim, heads)
+    def forward(self, x):
+        return self.attn(x, x, x)[0]
 
 class Attention(nn.Module):
     def forward(self, x):

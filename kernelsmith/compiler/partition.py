@@ -192,10 +192,7 @@ class Partitioner:
         bias, a, b = (args[0], args[1], args[2]) if name == "addmm" else (None, args[0], args[1])
         self.require_float(node, [x for x in (bias, a, b) if x])
         b_source, trans_b = self.weight_of(b)
-        if not self.values[a].contiguous:
-            raise Unsupported(f"{node.target} on a non-contiguous left operand")
-        if not trans_b and not self.values[b_source].contiguous:
-            raise Unsupported(f"{node.target} on a non-contiguous right operand")
+        a, b_source = self.dense(a), b_source if trans_b else self.dense(b_source)
         group = self.gemm_group(node, name, a, b_source, trans_b, bias)
         self.plan.add_inputs(group, [x for x in (a, b_source, bias) if x])
         self.push(group, node.name)
@@ -222,8 +219,7 @@ class Partitioner:
     def add_conv(self, node: Node) -> None:
         x, w, bias, stride, padding, dilation, transposed, output_padding, groups = node.args
         self.require_float(node, [a for a in (x, w, bias) if a])
-        if not (self.values[x].contiguous and self.values[w].contiguous):
-            raise Unsupported("a convolution of a non-contiguous input or weight")
+        x, w = self.dense(x), self.dense(w)
         if not 1 <= len(node.shape) - 2 <= 3:
             raise Unsupported(f"a convolution over {len(node.shape) - 2} spatial dims")
         group = ConvGroup(self.new_name("conv"), [], [], x=x, w=w, stride=tuple(stride), padding=tuple(padding),
@@ -238,8 +234,7 @@ class Partitioner:
     def add_pool(self, node: Node) -> None:
         x, args = node.args[0], list(node.args) + [None] * 7
         self.require_float(node, [x])
-        if not self.values[x].contiguous:
-            raise Unsupported(f"{node.target} of a non-contiguous input")
+        x = self.dense(x)
         spatial = len(node.shape) - 2
 
         def per_dim(value, default):
@@ -263,8 +258,7 @@ class Partitioner:
         parts, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
         self.require_float(node, parts)
         dim %= len(node.shape)
-        if any(not self.values[p].contiguous for p in parts):
-            raise Unsupported("cat of a non-contiguous tensor")
+        parts = [self.dense(p) for p in parts]
         sizes = tuple(self.values[p].shape[dim] if len(self.values[p].shape) == len(node.shape) else 0 for p in parts)
         if 0 in sizes:
             raise Unsupported("cat with an empty part")
@@ -301,6 +295,20 @@ class Partitioner:
         """`name` is made by step `index`, laid out as the generated code lays it out (layout.py)."""
         self.owner[name] = index
         self.values[name].contiguous = layout.contiguous(self.plan, name)
+
+    def dense(self, name: str) -> str:
+        """`name` itself when contiguous; else a dense copy made by a pointwise kernel, which reads the view
+        through its strides (a permuted activation, attention's transposed keys). The library calls and the
+        window kernels read their operands dense."""
+        if self.values[name].contiguous:
+            return name
+        view = self.values[name]
+        copy = f"{name}_dense"
+        self.values[copy] = Value(copy, view.shape, view.dtype)
+        group = PointwiseGroup(self.new_name("pointwise"), [], [], shape=view.shape, body=[Op("copy", [name], copy)])
+        self.plan.add_inputs(group, [name])
+        self.push(group, copy)
+        return copy
 
     def new_name(self, kind: str) -> str:
         return f"k{sum(isinstance(s, Group) for s in self.steps)}_{kind}"
