@@ -9,4 +9,6 @@ __version__ = "0.1.0"
 # 3.3: baselines credited at the faster of two timers; work outside the timed window charged by the parent's
 #      clock, against eager and against a calibration taken before the candidate's import; the parent reads
 #      what the profile worker maps
-HARNESS_VERSION = "3.3"
+# 3.4: the patch check covers the harness's classes, code and closures swapped in place, the timed loop's objects
+#      and the reference's module; eager's cycle growth over the calibration is charged to the candidate
+HARNESS_VERSION = "3.4"
