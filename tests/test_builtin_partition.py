@@ -425,12 +425,17 @@ def test_cat_is_a_kernel_of_its_own_between_the_kernels_of_its_parts(tmp_path):
 
 def test_layouts_are_the_generated_codes_not_eagers(tmp_path):
     """A kernel writes its output dense whatever layout eager gives the value: `x.t() * 2` is a
-    contiguous cat part here, and `(x.t() * 2).t()` is not (eager says the opposite of both)."""
+    contiguous cat part here, read as it is, and `(x.t() * 2).t()` is not (eager says the opposite of
+    both), so a pointwise kernel copies it dense first (partition.dense), instead of a binding that
+    would refuse it on every call."""
     p = plan_of(tmp_path, "", "return torch.cat([x.t() * 2, rest[0]], 0)", "[torch.randn(4, 3), torch.randn(2, 4)]")
-    assert not p.unsupported and isinstance(p.groups()[-1], CatGroup)
+    assert not p.unsupported and [type(g) for g in p.groups()] == [PointwiseGroup, CatGroup]
     p = plan_of(tmp_path, "", "return torch.cat([(x.t() * 2).t(), rest[0]], 0)",
                 "[torch.randn(3, 4), torch.randn(2, 4)]")
-    assert p.unsupported == ["cat of a non-contiguous tensor"]  # refused here, not failing at run time
+    assert not p.unsupported
+    mul, copy, cat = p.groups()
+    assert names(copy.body) == ["copy"] and not copy.inputs[0].contiguous  # it reads the transposed view
+    assert cat.parts[0] == copy.outputs[0].name and copy.outputs[0].contiguous
 
 
 def test_attribute_paths_that_are_not_plain_names_use_getattr():
