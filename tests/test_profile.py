@@ -798,6 +798,9 @@ PATCHES = {
         for obj in gc.get_objects():
             if type(obj).__name__ == "L2Flusher":
                 obj.buffer = obj.buffer[:1]  # a flush of 4 bytes: its time is free for hidden work''',
+    "a function below torch's Python API": '''
+        import torch
+        torch._C._get_tracing_state = lambda _real=torch._C._get_tracing_state: _real()''',
     "a function of the reference's module": '''
         _task = sys.modules["ks_reference"]
         _task.get_inputs = lambda _get=_task.get_inputs: _get()''',
