@@ -126,12 +126,23 @@ def harness_growth(calibration: list[tuple[float, float]], cycles: dict[str, lis
     too, cancels in every comparison with eager but not in this one. harness_drift withholds credit
     only past a floor (DRIFT_MIN_MS: a machine that got busier); below it, a kernel of 0.05 ms could move
     all of its work out of its window for a 2x. Charged instead, such work buys nothing at any size."""
+    eager = _eager_cycles(calibration, cycles)
+    if eager is None:
+        return 0.0
+    runs, after = eager
+    return max(0.0, _shift(after, runs) - _noise(runs, after, CHARGE_SIGMAS))
+
+
+def _eager_cycles(calibration: list[tuple[float, float]], cycles: dict[str, list[float]]) -> tuple[list, list] | None:
+    """Eager's cycles before the candidate's import and after it, or None when either has too few to say."""
     runs = [cycle for cycle, _ in calibration[1:]]  # the first run's cycle had no run before it
     after = cycles.get("eager") or []
-    if len(runs) < 4 or len(after) < 4:
-        return 0.0
-    noise = CHARGE_SIGMAS * (_sigma(runs) / len(runs) ** 0.5 + _sigma(after) / len(after) ** 0.5)
-    return max(0.0, _shift(after, runs) - noise)
+    return (runs, after) if len(runs) >= 4 and len(after) >= 4 else None
+
+
+def _noise(before: list[float], after: list[float], sigmas: float) -> float:
+    """sigmas x the standard errors of the two samples' centres, added."""
+    return sigmas * (_sigma(before) / len(before) ** 0.5 + _sigma(after) / len(after) ** 0.5)
 
 
 def harness_drift(calibration: list[tuple[float, float]], cycles: dict[str, list[float]]) -> str:
@@ -144,12 +155,11 @@ def harness_drift(calibration: list[tuple[float, float]], cycles: dict[str, list
     also works on eager's runs); no comparison with eager in its own process sees that, but eager's cycles
     by the parent's clock then grow beside the candidate. So do they on a machine that got busy in between:
     either way the speed-up is not established. Nothing the worker reported after the import is used."""
-    runs = [cycle for cycle, _ in calibration[1:]]  # the first run's cycle had no run before it
-    if len(runs) < 4 or len(cycles.get("eager") or ()) < 4:
+    eager = _eager_cycles(calibration, cycles)
+    if eager is None:
         return ""
-    before, after = statistics.median(runs), statistics.median(cycles["eager"])
-    noise = DRIFT_SIGMAS * (_sigma(runs) / len(runs) ** 0.5 + _sigma(cycles["eager"]) / len(cycles["eager"]) ** 0.5)
-    allowed = max(DRIFT_MIN_MS, DRIFT_REL * before) + noise
+    before, after = statistics.median(eager[0]), statistics.median(eager[1])
+    allowed = max(DRIFT_MIN_MS, DRIFT_REL * before) + _noise(*eager, DRIFT_SIGMAS)
     if after - before <= allowed:
         return ""
     return (f"each of eager's timed runs took {after - before:.3g} ms longer by the parent's clock after the "

@@ -159,11 +159,7 @@ HARNESS_MODULES = ("kernelsmith.harness.", "kernelsmith.evaluation.")
 
 
 def _own_classes(name: str, module) -> dict[str, type]:
-    try:
-        members = dict(vars(module))
-    except TypeError:
-        return {}
-    return {f"{name}.{attr}": cls for attr, cls in members.items()
+    return {f"{name}.{attr}": cls for attr, cls in _members(module).items()
             if isinstance(cls, type) and getattr(cls, "__module__", None) == name}
 
 
@@ -225,7 +221,7 @@ class IdentitySnapshot:
     def __init__(self):
         self.spaces: dict[str, dict] = {}
         self.insides: dict[tuple[str, str], tuple] = {}
-        self.objects: dict[str, tuple[object, dict]] = {}
+        self.objects: dict[str, tuple[object, dict, tuple]] = {}  # each object, its state and its insides
         self.extra: dict[str, object] = {}  # namespaces watched later (watch), by their snapshot's name
         self._watch_namespaces(_watched_namespaces())
 
@@ -244,8 +240,7 @@ class IdentitySnapshot:
                 self.extra.update(spaces)
                 self._watch_namespaces(spaces)
             elif obj is not None:
-                self.objects[name] = (obj, _instance_state(obj))
-                self.insides.update({(name, "__call__"): _insides(obj)} if isinstance(obj, types.FunctionType) else {})
+                self.objects[name] = (obj, _instance_state(obj), _insides(obj))
 
     def changed(self) -> list[str]:
         current = {**_watched_namespaces(), **self.extra}
@@ -265,12 +260,11 @@ class IdentitySnapshot:
 
     def _objects_changed(self) -> list[str]:
         problems = []
-        for name, (obj, before) in self.objects.items():
+        for name, (obj, before, insides) in self.objects.items():
             after = _instance_state(obj)
             problems += [f"{name}.{attr} (set on the object)" for attr in before.keys() | after.keys()
                          if attr not in before or attr not in after or after[attr] is not before[attr]]
-            if (name, "__call__") in self.insides and not _same_insides(self.insides[(name, "__call__")],
-                                                                      _insides(obj)):
+            if not _same_insides(insides, _insides(obj)):
                 problems.append(f"{name} (its code or closure)")
         return problems
 
