@@ -94,6 +94,7 @@ def _export_error(err: Exception) -> CaptureError:
 RECURRENT = {"lstm": "nn.LSTM", "gru": "nn.GRU", "rnn_tanh": "nn.RNN", "rnn_relu": "nn.RNN",
              "lstm_cell": "nn.LSTMCell", "gru_cell": "nn.GRUCell", "rnn_tanh_cell": "nn.RNNCell",
              "rnn_relu_cell": "nn.RNNCell"}
+UNROLLED = "is not supported yet: its decomposition unrolls every time step and layer into kernels of their own"
 
 
 def _refuse_recurrent_modules(model: torch.nn.Module) -> None:
@@ -101,8 +102,7 @@ def _refuse_recurrent_modules(model: torch.nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, (torch.nn.RNNBase, torch.nn.RNNCellBase)):
             kind = type(module).__name__
-            raise CaptureError(f"nn.{kind} is not supported yet: its decomposition unrolls every time step and layer "
-                               "into kernels of their own")
+            raise CaptureError(f"nn.{kind} {UNROLLED}")
 
 
 def _refuse_recurrent(exported) -> None:
@@ -111,8 +111,7 @@ def _refuse_recurrent(exported) -> None:
         packet = getattr(node.target, "_overloadpacket", None)
         name = getattr(packet, "__name__", "")
         if node.op == "call_function" and name in RECURRENT:
-            raise CaptureError(f"{RECURRENT[name]} (aten.{name}) is not supported yet: its decomposition unrolls "
-                               "every time step and layer into kernels of their own")
+            raise CaptureError(f"{RECURRENT[name]} (aten.{name}) {UNROLLED}")
 
 
 class _LiteralsOnCpu(torch.overrides.TorchFunctionMode):

@@ -12,6 +12,10 @@ def dtype_name(dtype: torch.dtype) -> str:
     """Its name in the graph; a dtype the compiler has no name for keeps torch's ("torch.uint8")."""
     return DTYPES.get(dtype, str(dtype))
 
+# ATen's scalar types by graph dtype name, as the bindings of both targets check and allocate them
+ATEN_DTYPES = {"float32": "at::kFloat", "int64": "at::kLong", "bool": "at::kBool", "bfloat16": "at::kBFloat16",
+               "float16": "at::kHalf"}
+
 # Floating values a kernel stores, in any of these dtypes; it computes and accumulates in float.
 FLOATS = ("float32", "bfloat16", "float16")
 HALVES = ("bfloat16", "float16")  # 16-bit storage: loaded into float, rounded to nearest when stored

@@ -3,7 +3,8 @@ strides of strided reads, allocates its outputs and runs the kernel's schedule `
 
 from __future__ import annotations
 
-from kernelsmith.compiler.cpu.common import ATEN_DTYPES, broadcasts, ctype, in_ctype
+from kernelsmith.compiler.cpu.common import broadcasts, ctype, in_ctype
+from kernelsmith.compiler.dtypes import ATEN_DTYPES
 from kernelsmith.compiler.cstyle.access import Access, access_for
 from kernelsmith.compiler.ir import CatGroup, ConvGroup, GemmGroup, Group, PointwiseGroup, PoolGroup, Value
 

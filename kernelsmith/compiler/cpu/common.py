@@ -39,8 +39,6 @@ def params(group: Group) -> str:
 # c10's 16-bit floats: converted to float when loaded and rounded to nearest when stored, explicitly
 # (their implicit conversions would also let two of them multiply in 16 bits).
 HALF_TYPES = {"bfloat16": "c10::BFloat16", "float16": "c10::Half"}
-ATEN_DTYPES = {"float32": "at::kFloat", "int64": "at::kLong", "bool": "at::kBool", "bfloat16": "at::kBFloat16",
-               "float16": "at::kHalf"}
 
 
 def ctype(value: Value) -> str:

@@ -5,10 +5,9 @@ launches on the current stream: no torch compute."""
 from __future__ import annotations
 
 from kernelsmith.compiler.cuda.common import Param, braced, includes, signature, template
+from kernelsmith.compiler.dtypes import ATEN_DTYPES
 from kernelsmith.compiler.ir import Generated, Group, Value
 
-TORCH_DTYPES = {"float32": "at::kFloat", "int64": "at::kLong", "bool": "at::kBool", "bfloat16": "at::kBFloat16",
-                "float16": "at::kHalf"}
 
 
 def generated(group: Group, files: dict[str, str], params: list[Param], dense: set[str],
@@ -61,7 +60,7 @@ def _input_checks(kernel: str, value: Value, dense: bool, first: str) -> list[st
     same_device = "" if t == first else f" && {t}.device() == {first}.device()"
     lines = [f'  TORCH_CHECK({t}.is_cuda(){same_device}, "{what} must be a CUDA tensor'
              f'{"" if t == first else " on the device of the first input"}");',
-             f'  TORCH_CHECK({t}.scalar_type() == {TORCH_DTYPES[value.dtype]}, "{what} must be {value.dtype}");',
+             f'  TORCH_CHECK({t}.scalar_type() == {ATEN_DTYPES[value.dtype]}, "{what} must be {value.dtype}");',
              f'  TORCH_CHECK(({t}.sizes().vec() == std::vector<int64_t>{braced(value.shape)}), '  # (): commas
              f'"{what} must have shape {list(value.shape)}, got ", {t}.sizes());']
     if dense:
@@ -70,7 +69,7 @@ def _input_checks(kernel: str, value: Value, dense: bool, first: str) -> list[st
 
 
 def _allocation(out: Value, first: str) -> str:
-    dtype = TORCH_DTYPES[out.dtype]
+    dtype = ATEN_DTYPES[out.dtype]
     return (f"  auto out_{out.name} = at::empty(std::vector<int64_t>{braced(out.shape)}, "
             f"{first}.options().dtype({dtype}));")
 

@@ -167,9 +167,14 @@ def _strides(group: GemmGroup, values: dict[str, Value]) -> tuple[int, int]:
     return (m * k if values[group.a].numel > m * k else 0), (n * k if values[group.b].numel > n * k else 0)
 
 
+def _op_b(group: GemmGroup) -> tuple[str, int]:
+    """B's operation and leading dimension: a transposed weight [n, k] is read as it is."""
+    return ("CUBLAS_OP_T", group.k) if group.trans_b else ("CUBLAS_OP_N", group.n)
+
+
 def _sgemm(group: GemmGroup, values: dict[str, Value]) -> str:
     m, n, k = group.m, group.n, group.k
-    op_b, ldb = ("CUBLAS_OP_T", k) if group.trans_b else ("CUBLAS_OP_N", n)
+    op_b, ldb = _op_b(group)
     common = f"handle, {op_b}, CUBLAS_OP_N, {n}, {m}, {k}, &alpha, b, {ldb}"
     if group.batch == 1:
         return f"status = cublasSgemm({common}, a, {k}, &beta, c, {n});"
@@ -195,7 +200,7 @@ def _gemm_ex(group: GemmGroup, values: dict[str, Value], precision: str) -> tupl
     """The cublasGemmEx (or StridedBatchedEx) call, and what its math is."""
     m, n, k = group.m, group.n, group.k
     ab, c, compute = CUDA_TYPES[values[group.a].dtype], CUDA_TYPES[group.outputs[0].dtype], _compute_type(precision)
-    op_b, ldb = ("CUBLAS_OP_T", k) if group.trans_b else ("CUBLAS_OP_N", n)
+    op_b, ldb = _op_b(group)
     common = f"handle, {op_b}, CUBLAS_OP_N, {n}, {m}, {k}, &alpha, b, {ab}, {ldb}"
     if group.batch == 1:
         call = f"status = cublasGemmEx({common}, a, {ab}, {k}, &beta, c, {c}, {n}, {compute}, CUBLAS_GEMM_DEFAULT);"
