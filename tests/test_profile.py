@@ -373,6 +373,26 @@ def test_a_wide_spread_means_a_busy_machine():
     assert "eager" in reason and "busy" in reason
 
 
+def test_a_jittery_candidate_is_no_busy_machine_and_is_credited_by_its_mean():
+    """An honest 0.08 ms kernel on an idle H100 spread 0.072-0.113 ms (its host path, timed settled) and was
+    refused as a busy machine; a candidate that puts its work into a minority of its runs spreads so too."""
+    from kernelsmith.evaluation import checks, evaluate
+    from kernelsmith.evaluation.result import EvalResult
+    from kernelsmith.harness.timing import summarize
+
+    runs = summarize([0.075] * 70 + [0.2] * 30)  # 30% of the runs carry the work the median would not see
+    timings = {"eager": summarize([0.1] * 100), "candidate": runs}
+    assert checks.busy(timings) == ""
+    assert checks.jittery(timings) == pytest.approx(0.1125)
+    assert checks.jittery({"candidate": summarize([0.1] * 100)}) is None
+    result = EvalResult()
+    evaluate.apply_profile({"timings": timings}, result)
+    assert result.timings_ms["candidate"] == pytest.approx(0.1125)
+    assert result.timings_ms["candidate_median"] == pytest.approx(0.075)
+    assert result.speedup_vs_eager == pytest.approx(0.1 / 0.1125)
+    assert any("credited by their mean" in n for n in result.notes)
+
+
 def test_the_parents_clock_check_allows_noise_and_catches_a_third():
     from kernelsmith.evaluation import checks
 

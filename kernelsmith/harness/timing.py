@@ -195,7 +195,8 @@ def summarize(samples: list[float]) -> dict:
     def pct(p: float) -> float:
         return ordered[min(n - 1, max(0, round(p * (n - 1))))]
 
-    return {"median": pct(0.5), "p10": pct(0.1), "p90": pct(0.9), "min": ordered[0], "max": ordered[-1], "n": n}
+    return {"median": pct(0.5), "p10": pct(0.1), "p90": pct(0.9), "min": ordered[0], "max": ordered[-1], "n": n,
+            "mean": sum(ordered) / n}
 
 
 class Phases:
