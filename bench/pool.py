@@ -95,7 +95,8 @@ def _brief(seconds: dict) -> str:
     return ", ".join(f"{k} {v:.1f}" for k, v in seconds.items() if k in ("build", "verify", "profile", "baselines"))
 
 
-PHASES = ("verify", "profile", "profile.ready_wait", "profile.worker.timed", "profile.checksums",
+PHASES = ("verify", "verify.candidate", "verify.judge", "verify.candidate.ready_wait", "verify.judge.ready_wait",
+          "profile", "profile.ready_wait", "profile.worker.timed", "profile.checksums",
           "verify.candidate.lock_wait", "verify.candidate.lock_held", "verify.judge.lock_wait", "verify.judge.lock_held",
           "profile.lock_wait", "profile.lock_held", "profile.checksums.lock_wait", "profile.checksums.lock_held")
 

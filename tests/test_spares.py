@@ -50,6 +50,7 @@ def test_the_spare_brings_its_judge_started_with_it_and_a_judge_for_other_trials
     assert second.clean, second.error
     assert judge.proc.wait() == 0  # it judged this verify and exited, as a judge started for it would
     assert second.seconds["verify.judge.waited"] > 0  # it sat ready before its job came
+    assert second.seconds["verify.candidate.ready_wait"] >= 0  # its imports' wait is recorded, outside the lock
 
     again = runner.SPARES.waiting(job, EvalOptions().timeout_s)[0].partner
     candidate.write_text(candidate.read_text() + "# another\n")
