@@ -199,7 +199,7 @@ def main() -> int:
                 honest_speedup = result.speedup_vs_eager
             ok = as_expected(got, wanted)
             rows.append({"candidate": name, "expected": wanted, "verdict": got, "ok": ok,
-                         "speedup_vs_eager": result.speedup_vs_eager, "timings_ms": result.timings_ms,
+                         "speedup_vs_eager": result.speedup_vs_eager, "timings_ms": result.timings_ms, "clock": result.clock,
                          "why": why(result), "notes": result.notes, "jail": result.jail,
                          "seconds": round(time.perf_counter() - start, 1)})
             print(f"{name:24} expected {wanted:9} got {got:9} {'PASS' if ok else 'FAIL'}  "

@@ -455,6 +455,9 @@ def test_harness_work_added_for_both_contenders_below_the_drift_floor_is_charged
     assert 0.04 < checks.unreported_time({"batches": host}, None, moved, calibration) < 0.06
     honest = {"candidate": cycles(0.95, 80), "eager": cycles(1.0, 80)}
     assert checks.unreported_time({"batches": host}, None, honest, calibration) < 0.008
+    read = checks.clock_readings({"batches": host}, None, moved, calibration)  # what a result keeps of it
+    assert 0.045 < read["growth_ms"] < 0.055 and 0 < read["growth_noise_ms"] < 0.01
+    assert abs(read["cycle_extra_ms"]) < read["cycle_noise_ms"]  # no shift against eager: both draws answer
 
 
 def test_eager_cycles_that_grow_after_the_candidates_import_withhold_the_speed_up():

@@ -133,6 +133,21 @@ def harness_growth(calibration: list[tuple[float, float]], cycles: dict[str, lis
     return max(0.0, _shift(after, runs) - _noise(runs, after, CHARGE_SIGMAS))
 
 
+def clock_readings(prof: dict, parent: dict, cycles: dict, calibration: list) -> dict[str, float]:
+    """What the parent's clock measured, in ms per run, each beside the noise it was judged against: the
+    candidate's bracket and cycle time beyond eager's, and eager's cycle growth over the calibration. A
+    result keeps them (EvalResult.clock), so a charge, or the lack of one, can be read against its noise."""
+    readings, reported = {}, prof.get("batches") or {}
+    for name, timed in (("bracket", parent), ("cycle", cycles)):
+        if timed and all(reported.get(n) and len(timed.get(n, ())) == len(reported[n]) for n in ("candidate", "eager")):
+            extra, noise = _extra_time(reported, timed, CHARGE_SIGMAS)
+            readings.update({f"{name}_extra_ms": extra, f"{name}_noise_ms": noise})
+    eager = _eager_cycles(calibration or [], cycles or {})
+    if eager is not None:
+        readings.update({"growth_ms": _shift(eager[1], eager[0]), "growth_noise_ms": _noise(*eager, CHARGE_SIGMAS)})
+    return {key: round(value, 5) for key, value in readings.items()}
+
+
 def _eager_cycles(calibration: list[tuple[float, float]], cycles: dict[str, list[float]]) -> tuple[list, list] | None:
     """Eager's cycles before the candidate's import and after it, or None when either has too few to say."""
     runs = [cycle for cycle, _ in calibration[1:]]  # the first run's cycle had no run before it

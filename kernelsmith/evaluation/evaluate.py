@@ -299,6 +299,7 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
     apply_profile(prof, result)
     _violation(result, checks.clock_disagreement(prof, clock.batches))
     charge_unreported(result, checks.unreported_time(prof, clock.batches, clock.cycles, clock.calibration))
+    result.clock = checks.clock_readings(prof, clock.batches, clock.cycles, clock.calibration)
     _violation(result, checks.helper_processes(clock))
     _violation(result, clock.loads.violation())  # what the worker mapped, read by this process (loads.py)
     if not result.violations:

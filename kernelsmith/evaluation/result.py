@@ -39,6 +39,7 @@ class EvalResult:
     roofline: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    clock: dict[str, float] = field(default_factory=dict)  # the parent's clock's readings (checks.clock_readings)
 
     @property
     def clean(self) -> bool:
