@@ -69,7 +69,9 @@ class PointwiseGroup(Group):
 
 
 REDUCTIONS = ("sum", "mean", "amax", "amin", "argmax", "argmin", "logsumexp", "norm2",
-              "softmax", "safe_softmax", "log_softmax", "cumsum")
+              "softmax", "safe_softmax", "log_softmax", "cumsum", "welford")
+# welford: the mean and the variance (attrs["correction"]) in one pass, as torch.var_mean: `result` is the mean,
+# `variance` the second result (normalisations' statistics, decompositions.py)
 # their result has the operand's shape (safe_softmax: softmax, but 0 on a row that is all -inf, as attention's)
 FULL_SHAPE_REDUCTIONS = ("softmax", "safe_softmax", "log_softmax", "cumsum")  # their result has the operand's shape
 SCANS = ("cumsum",)  # full-shape, and each element's result needs only the range before it
@@ -84,6 +86,7 @@ class ReductionGroup(Group):
     epilogue: ops at the result's shape (the reduced shape; in_shape for softmax).
     broadcast_epilogue: ops at in_shape that read in_shape values and reduced values broadcast
     back along the reduced dims (the normalisation pattern: x * rsqrt(mean(x^2) + eps)).
+    A welford reduction has a second reduced value, `variance`, beside `result` (the mean).
     """
 
     in_shape: tuple[int, ...] = ()
@@ -96,9 +99,19 @@ class ReductionGroup(Group):
     prologue: list[Op] = field(default_factory=list)
     epilogue: list[Op] = field(default_factory=list)
     broadcast_epilogue: list[Op] = field(default_factory=list)
-    attrs: dict = field(default_factory=dict)  # e.g. {"correction": 1} later for var
+    attrs: dict = field(default_factory=dict)  # welford: {"correction": 0 or 1}
+    variance: str = ""  # welford's second result, when something reads it
 
     kind = "reduction"
+
+    def results(self) -> list[str]:
+        """The values the accumulator gives: the result, and a welford's variance."""
+        return [self.result] + ([self.variance] if self.variance else [])
+
+    @property
+    def variance_divisor(self) -> float:
+        """What a welford divides its sum of squared deviations by: size - correction, at least 0 (torch's)."""
+        return max(0.0, self.size - self.attrs.get("correction", 1.0))
 
     @property
     def outer(self) -> int:
