@@ -4,7 +4,7 @@ partitioner decides what fuses."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kernelsmith.compiler.dtypes import FLOATS
 from kernelsmith.compiler.graph import Node
@@ -28,7 +28,9 @@ CATS = {"cat"}
 POOLS = {"max_pool", "avg_pool2d", "avg_pool3d"}  # max_pool: max_poolNd_with_indices's values, folded
 REDUCTION_TARGETS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin", "argmax": "argmax",
                      "argmin": "argmin", "_softmax": "softmax", "_safe_softmax": "safe_softmax", "_log_softmax": "log_softmax",
-                     "logsumexp": "logsumexp", "linalg_vector_norm": "norm2", "cumsum": "cumsum"}
+                     "logsumexp": "logsumexp", "linalg_vector_norm": "norm2", "cumsum": "cumsum",
+                     "welford": "welford"}  # welford: var_mean's mean, folded (passes/multi_output.py)
+VARIANCES = {"welford_variance"}  # var_mean's variance: the welford reduction's second result
 
 
 def base(target: str) -> str:
@@ -41,6 +43,8 @@ def kind_of(node: Node) -> str:
         return "pointwise"
     if name in REDUCTION_TARGETS:
         return "reduction"
+    if name in VARIANCES:
+        return "variance"
     if name in GEMMS:
         return "gemm"
     if name in CONVOLUTIONS:
@@ -167,6 +171,7 @@ class ReductionSpec:
     operand: str
     dims: tuple[int, ...]  # sorted, non-negative, a contiguous range
     keepdim: bool
+    attrs: dict = field(default_factory=dict)  # welford: {"correction": ...}
 
 
 def reduction_spec(node: Node, rank: int) -> ReductionSpec:
@@ -187,7 +192,14 @@ def reduction_spec(node: Node, rank: int) -> ReductionSpec:
     else:
         dims = node.kwargs.get("dim", args[1] if len(args) > 1 else None)
         keep = node.kwargs.get("keepdim", args[2] if len(args) > 2 else False)
-    return ReductionSpec(reduce, args[0], _dims(dims, rank), bool(keep))
+    attrs = _welford_attrs(node) if reduce == "welford" else {}
+    return ReductionSpec(reduce, args[0], _dims(dims, rank), bool(keep), attrs)
+
+
+def _welford_attrs(node: Node) -> dict:
+    """var_mean's correction (torch's default: 1, Bessel's)."""
+    correction = node.kwargs.get("correction")
+    return {"correction": 1.0 if correction is None else float(correction)}
 
 
 def _dims(dims, rank: int) -> tuple[int, ...]:

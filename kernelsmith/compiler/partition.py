@@ -149,7 +149,7 @@ class Partitioner:
         last = len(self.steps) - 1
         group = ReductionGroup(self.new_name("reduction"), [], [], in_shape=in_shape, dims=spec.dims,
                                keepdim=spec.keepdim, reduce=spec.reduce, operand=operand, result=node.name,
-                               result_shape=node.shape)
+                               result_shape=node.shape, attrs=spec.attrs)
         chain = self.steps[last] if self.owner.get(operand) == last and last >= 0 else None
         if isinstance(chain, PointwiseGroup) and chain.shape == in_shape:
             group.name = chain.name.replace("_pointwise", "_reduction")
@@ -162,6 +162,13 @@ class Partitioner:
             self.plan.add_inputs(group, [operand])
             self.push(group, node.name)
         self.plan.reduced[self.owner[node.name]] = {node.name}
+
+    def add_variance(self, node: Node) -> None:
+        """A welford's variance: the second reduced value of the reduction that made the mean just before."""
+        index = self.owner[node.args[0]]
+        self.steps[index].variance = node.name
+        self.own(node.name, index)
+        self.plan.reduced[index].add(node.name)
 
     def epilogue_moves(self, library: Group | None, node: Node) -> bool:
         """A GEMM's, convolution's or pooling's epilogue that only feeds this reduction: run it as

@@ -4,12 +4,18 @@ the reduced range walked in order inside, the pointwise work around it fused in.
 from __future__ import annotations
 
 from kernelsmith.compiler.cpu.common import body_lines, broadcasts, loads, row_loop, store, variants
+from kernelsmith.compiler.cstyle import ops
 from kernelsmith.compiler.ir import FULL_SHAPE_REDUCTIONS, ReductionGroup
 
 INIT = {"sum": "0.0f", "mean": "0.0f", "norm2": "0.0f", "amax": "-INFINITY", "amin": "INFINITY",
         "argmax": "-INFINITY", "argmin": "INFINITY"}
 RESULT = {"sum": "acc", "mean": "acc / {size}.0f", "norm2": "sqrtf(acc)", "amax": "acc", "amin": "acc",
-          "argmax": "best", "argmin": "best", "logsumexp": "(m + logf(s))"}
+          "argmax": "best", "argmin": "best", "logsumexp": "(m + logf(s))", "welford": "(k + mean)"}
+WELFORD_VARIANCE = "(m2 / {divisor})"  # a welford's second reduced value
+# Welford's update of the mean and M2 of x - k, k the line's first element (x - k stays small where x is far from
+# 0, so they keep their digits); 1 / (r + 1) does not depend on the running values, so it is off their chain
+WELFORD_STEP = ("{{ const float x = {x}; if (r == 0) k = x; const float z = x - k, d = z - mean; "
+                "mean += d * (1.0f / (float)(r + 1)); m2 += d * (z - mean); }}")
 
 
 def reduction(group: ReductionGroup) -> str:
@@ -56,6 +62,8 @@ def _row_prologue(group: ReductionGroup, element: str, names: dict[str, str] | N
 def _init(reduce: str) -> list[str]:
     if reduce in ("logsumexp", "softmax", "safe_softmax", "log_softmax"):
         return ["float m = -INFINITY, s = 0.0f;"]
+    if reduce == "welford":
+        return ["float k = 0.0f, mean = 0.0f, m2 = 0.0f;"]
     lines = [f"float acc = {INIT[reduce]};"]
     return lines + ["int64_t best = 0;"] if reduce in ("argmax", "argmin") else lines
 
@@ -67,6 +75,8 @@ def _accumulate(reduce: str, x: str) -> str:
         return f"acc += {x} * {x};"
     if reduce in ("amax", "amin"):
         return f"acc = {'fmaxf' if reduce == 'amax' else 'fminf'}(acc, {x});"
+    if reduce == "welford":
+        return WELFORD_STEP.format(x=x)
     if reduce in ("argmax", "argmin"):
         return f"{{ const float x = {x}; if (x {'>' if reduce == 'argmax' else '<'} acc) {{ acc = x; best = r; }} }}"
     # x == m counts exp(0) without computing exp(-inf - -inf) = NaN on a row that starts with -inf (attention's
@@ -80,18 +90,26 @@ def _finish_reduced(group: ReductionGroup) -> tuple[list[str], dict[str, str]]:
     also the C variables of the reduced values, which the second pass reads."""
     if group.reduce in FULL_SHAPE_REDUCTIONS:
         return [], {}
-    result = RESULT[group.reduce].format(size=group.size)
-    ctype = "int64_t" if group.reduce in ("argmax", "argmin") else "float"
-    names = {group.result: f"v_{group.result}"}
-    lines = [f"    const {ctype} v_{group.result} = {result};"]
+    names = {name: f"v_{name}" for name in group.results()}
+    lines = [f"    const {ctype} v_{name} = {result};" for name, ctype, result in _finals(group)]
     used = {a for op in group.epilogue for a in op.tensor_args()}
     reduced_inputs = [v.name for v in group.inputs if v.name in used and broadcasts(v, group.result_shape)]
     lines += loads(group, group.result_shape, "row", names, only=reduced_inputs)
     lines += body_lines(group.epilogue, names)
-    group_reduced = {group.result} | {op.out for op in group.epilogue}
+    group_reduced = set(group.results()) | {op.out for op in group.epilogue}
     lines += ["    " + store(o, f"out{j}[row]", names[o.name]) for j, o in enumerate(group.outputs)
               if o.name in group_reduced]
     return lines, {k: v for k, v in names.items() if k in group_reduced}
+
+
+def _finals(group: ReductionGroup) -> list[tuple[str, str, str]]:
+    """(value, C type, expression) of each reduced value the accumulator gives."""
+    ctype = "int64_t" if group.reduce in ("argmax", "argmin") else "float"
+    finals = [(group.result, ctype, RESULT[group.reduce].format(size=group.size))]
+    if group.variance:
+        divisor = ops.literal(group.variance_divisor)
+        finals.append((group.variance, "float", WELFORD_VARIANCE.format(divisor=divisor)))
+    return finals
 
 
 def _second_pass(group: ReductionGroup, element: str, reduced_names: dict[str, str]) -> list[str]:

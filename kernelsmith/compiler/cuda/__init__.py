@@ -51,7 +51,8 @@ def _check_dtypes(group: Group, values: dict[str, Value]) -> None:
     """Floats (float32, bfloat16, float16) everywhere, except the int64 result of argmax/argmin, bool inputs of
     pointwise ops and bools computed (as 0.0/1.0) and used inside the kernel."""
     index_result = group.result if isinstance(group, ReductionGroup) and group.reduce in ARG_REDUCTIONS else None
-    computed = [values[op.out] for op in group.ops()] + [values[r] for r in [getattr(group, "result", None)] if r]
+    results = [getattr(group, "result", None), getattr(group, "variance", None)]
+    computed = [values[op.out] for op in group.ops()] + [values[r] for r in results if r]
     bool_inputs = {v.name for v in group.inputs if v.dtype == "bool"} & used(group.ops())
     stored = {v.name for v in group.outputs}
     for value in [*group.inputs, *group.outputs, *computed]:

@@ -24,11 +24,14 @@ ACCUMULATORS = {
     "argmax": template("acc_arg.cuh").substitute(cmp=">"), "argmin": template("acc_arg.cuh").substitute(cmp="<"),
     "logsumexp": fixed("acc_logsumexp.cuh"), "softmax": fixed("acc_logsumexp.cuh"),
     "log_softmax": fixed("acc_logsumexp.cuh"), "safe_softmax": fixed("acc_logsumexp.cuh"),
+    "welford": fixed("acc_welford.cuh"),
 }
 
 # the reduced value from the team's accumulator (non-full reductions)
 FINAL = {"sum": "acc.a", "mean": "(acc.a / {size})", "norm2": "sqrtf(acc.a)", "amax": "acc.a", "amin": "acc.a",
-         "argmax": "acc.k", "argmin": "acc.k", "logsumexp": "(acc.m + logf(acc.s))"}
+         "argmax": "acc.k", "argmin": "acc.k", "logsumexp": "(acc.m + logf(acc.s))",
+         "welford": "(acc.k + acc.mean)"}  # its mean: the shift plus the mean of x - shift
+WELFORD_VARIANCE = "(acc.m2 / {divisor})"  # a welford's second reduced value
 # the full-shape result at one element x
 ELEMENT = {"softmax": "(expf({x} - acc.m) / acc.s)", "log_softmax": "({x} - acc.m - ks_log_sum)",
            "safe_softmax": "(acc.m == -INFINITY ? 0.0f : expf({x} - acc.m) / acc.s)"}
@@ -93,7 +96,7 @@ def reduction_parts(group: ReductionGroup) -> ReductionParts:
     at_reduced = set() if full else used(group.epilogue)
     reads_in = [read(v, group.in_shape) for v in group.inputs if v.name in at_in]
     reads_red = [read(v, group.result_shape, "xr_", "t_") for v in group.inputs if v.name in at_reduced]
-    tail = {group.result} | {op.out for op in group.epilogue}
+    tail = set(group.results()) | {op.out for op in group.epilogue}
     parts = ReductionParts(group, reads_in, reads_red, first={op.out for op in group.prologue},
                            reduced=set() if full else tail,
                            second={op.out for op in group.broadcast_epilogue} | (tail if full else set()))
@@ -157,15 +160,23 @@ def _finish(parts: ReductionParts, writer: str = "lane == 0") -> tuple[list[str]
     group = parts.group
     if parts.full:
         return (["const float ks_log_sum = logf(acc.s);"] if group.reduce == "log_softmax" else []), {}
-    c_type = "int64_t" if group.reduce in ARG_REDUCTIONS else "float"
-    names = {group.result: f"v_{group.result}"}
-    final = FINAL[group.reduce].format(size=ops.literal(float(group.size)))
-    lines = [f"const {c_type} v_{group.result} = {final};"]
+    names = {name: f"v_{name}" for name in group.results()}
+    lines = [f"const {c_type} v_{name} = {final};" for name, c_type, final in _finals(group)]
     lines += loads(parts.reads_red, "red", names, used(group.epilogue))
     lines += ops.body_lines(group.epilogue, names, "")
     written = stores(group, names, "red", parts.reduced)
     lines += [f"if ({writer}) {{"] + indent(written) + ["}"] if written else []
     return lines, {k: v for k, v in names.items() if k in parts.reduced}
+
+
+def _finals(group: ReductionGroup) -> list[tuple[str, str, str]]:
+    """(value, C type, expression) of each reduced value the team's accumulator gives."""
+    c_type = "int64_t" if group.reduce in ARG_REDUCTIONS else "float"
+    finals = [(group.result, c_type, FINAL[group.reduce].format(size=ops.literal(float(group.size))))]
+    if group.variance:
+        divisor = ops.literal(group.variance_divisor)
+        finals.append((group.variance, "float", WELFORD_VARIANCE.format(divisor=divisor)))
+    return finals
 
 
 def _second_pass(parts: ReductionParts, reduced_names: dict[str, str], ranged: bool = False) -> list[str]:
