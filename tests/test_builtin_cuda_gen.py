@@ -414,6 +414,58 @@ def generate_all() -> dict[str, Generated]:
     return out
 
 
+# --- one-pass statistics: welford reductions (docs/builtin.md, "One-pass statistics") ------
+
+def welford_layer_norm_case() -> Case:
+    """LayerNorm of x + shift over rows of 1024 (shift a Python float: 0.75 here; the GPU test also passes 1e3
+    and 1e4), its statistics one welford pass, and the variance stored too."""
+    n = 1024
+    x, w, s, xs = _v("x", (64, n)), _v("w", (n,)), Value("shift", (), scalar=True), _v("xs", (64, n))
+    mean, var, e1, rstd = _v("mean", (64, 1)), _v("var", (64, 1)), _v("e1", (64, 1)), _v("rstd", (64, 1))
+    c, y1, y = _v("c", (64, n)), _v("y1", (64, n)), _v("y", (64, n))
+    group = ReductionGroup("k29_welford_ln", [x, w, s], [y, var], in_shape=(64, n), dims=(1,), keepdim=True,
+                           reduce="welford", operand="xs", result="mean", result_shape=(64, 1), variance="var",
+                           attrs={"correction": 0.0}, prologue=[Op("add", ["x", "shift"], "xs", {"alpha": 1.0})],
+                           epilogue=[Op("add", ["var", 1e-5], "e1", {"alpha": 1.0}), Op("rsqrt", ["e1"], "rstd")],
+                           broadcast_epilogue=[Op("sub", ["xs", "mean"], "c", {"alpha": 1.0}),
+                                               Op("mul", ["c", "rstd"], "y1"), Op("mul", ["y1", "w"], "y")])
+
+    def ref(torch, t):
+        xs = t["x"] + t["shift"]
+        return [torch.nn.functional.layer_norm(xs, (n,), t["w"], eps=1e-5), xs.var(1, correction=0, keepdim=True)]
+    return Case(group, _values(x, w, s, xs, mean, var, e1, rstd, c, y1, y), ref, tags={"welford"})
+
+
+def long_row_welford_case() -> Case:
+    """torch.var_mean of three long rows (unbiased, torch's default), split across blocks: Chan's merge of the
+    chunks' partial accumulators."""
+    shape = (3, 70001)
+    x, mean, var = _v("x", shape), _v("mean", (3,)), _v("var", (3,))
+    group = ReductionGroup("k30_long_welford", [x], [mean, var], in_shape=shape, dims=(1,), reduce="welford",
+                           operand="x", result="mean", result_shape=(3,), variance="var", attrs={"correction": 1.0})
+    return Case(group, _values(x, mean, var), lambda torch, t: list(torch.var_mean(t["x"], 1))[::-1],
+                tags={"split", "welford"})
+
+
+def column_welford_case() -> Case:
+    """BatchNorm1d's statistics: a welford down the columns of [4, 300, 33] (teams SLOTS apart), rstd stored."""
+    x, mean, var, e1, rstd = (_v("x", (4, 300, 33)), _v("mean", (4, 33)), _v("var", (4, 33)), _v("e1", (4, 33)),
+                              _v("rstd", (4, 33)))
+    group = ReductionGroup("k31_column_welford", [x], [mean, rstd], in_shape=(4, 300, 33), dims=(1,),
+                           reduce="welford", operand="x", result="mean", result_shape=(4, 33), variance="var",
+                           attrs={"correction": 0.0},
+                           epilogue=[Op("add", ["var", 1e-5], "e1", {"alpha": 1.0}), Op("rsqrt", ["e1"], "rstd")])
+
+    def ref(torch, t):
+        var, mean = torch.var_mean(t["x"], 1, correction=0)
+        return [mean, torch.rsqrt(var + 1e-5)]
+    return Case(group, _values(x, mean, var, e1, rstd), ref, tags={"welford"})
+
+
+CASES.update({f.__name__.removesuffix("_case"): f for f in (welford_layer_norm_case, long_row_welford_case,
+                                                           column_welford_case)})
+
+
 # --- tests ---------------------------------------------------------------------------------
 
 def _nvcc() -> str | None:

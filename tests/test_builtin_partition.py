@@ -246,25 +246,38 @@ def test_batch_norm_in_training_is_planned_as_reductions_and_a_pointwise_kernel(
     p = plan_of(tmp_path, "self.bn = nn.BatchNorm2d(8)", "return self.bn(x) * 2", "[torch.randn(4, 8, 6, 5)]")
     assert not p.unsupported
     kinds = [g.kind for g in p.groups()]
-    assert kinds.count("reduction") == 4 and kinds[-1] == "pointwise"  # mean, var: spatial then batch each
-    # x - mean is recomputed where it is read, never stored: the only full-size write is the result
+    # one welford over the spatial dims (mean and variance in one read of x), then over the batch: a welford of
+    # the means and a mean of the variances; then the normalisation, x's second and last read
+    assert [getattr(g, "reduce", g.kind) for g in p.groups()] == ["welford", "welford", "mean", "pointwise"], kinds
     full = (4, 8, 6, 5)
     assert [o.name for g in p.groups() for o in g.outputs if o.shape == full] == p.outputs
+    assert sum(v.shape == full for g in p.groups() for v in g.inputs) == 2
     assert all(v.shape != full or v.source == "x0" for g in p.groups() for v in g.inputs)
 
 
-def test_group_norm_writes_only_its_result_and_reads_the_input_three_times(tmp_path):
-    """Unfused, GroupNorm's mean kernel writes x - mean and its square for the variance kernel,
-    which writes the normalised value for the affine kernel. Recomputed, the mean and variance
-    kernels only read x, and only the last two kernels write anything full-size."""
-    p = plan_of(tmp_path, "self.gn = nn.GroupNorm(4, 8)", "return self.gn(x)", "[torch.randn(2, 8, 5, 6)]")
+@pytest.mark.parametrize("module, shape", [
+    ("nn.GroupNorm(4, 8)", (2, 8, 5, 6)), ("nn.LayerNorm(30)", (4, 30)), ("nn.LayerNorm((5, 6))", (2, 8, 5, 6)),
+    ("nn.InstanceNorm2d(8)", (2, 8, 7, 6)), ("nn.BatchNorm1d(16)", (32, 16)),
+])
+def test_a_normalisation_over_one_range_is_one_welford_kernel(tmp_path, module, shape):
+    """Mean and variance in one pass (welford), rstd as its reduced epilogue, and the normalisation with its
+    affine as the second pass over x: x is read twice and the result written once, by one kernel."""
+    p = plan_of(tmp_path, f"self.norm = {module}", "return self.norm(x)", f"[torch.randn{shape}]")
     assert not p.unsupported
-    mean, var = [g for g in p.groups() if g.kind == "reduction"]
-    assert not mean.broadcast_epilogue and [o.shape for o in mean.outputs] == [mean.result_shape]
-    assert names(var.prologue)[:1] == ["sub"] and var.operand in {op.out for op in var.prologue}
-    assert all(v.numel == 2 * 8 * 5 * 6 or v.numel < 100 for v in var.inputs)
-    full_reads = [v.name for g in p.groups() for v in g.inputs if v.numel == 2 * 8 * 5 * 6]
-    assert len(full_reads) == 3, full_reads  # mean, variance, and the normalisation's own read
+    (group,) = p.groups()
+    assert group.reduce == "welford" and group.variance and group.attrs == {"correction": 0.0}
+    assert names(group.epilogue) == ["add", "rsqrt"] and names(group.broadcast_epilogue)[:2] == ["sub", "mul"]
+    (out,) = group.outputs  # the result only, at the input's size
+    assert out.numel == group.inputs[0].numel
+
+
+def test_var_mean_is_one_welford_with_torchs_correction(tmp_path):
+    p = plan_of(tmp_path, "", "v, m = torch.var_mean(x, dim=-1, keepdim=True)\nreturn (x - m) / v, v",
+                "[torch.randn(4, 30)]")
+    assert not p.unsupported
+    (group,) = p.groups()
+    assert group.reduce == "welford" and group.attrs == {"correction": 1.0}  # torch's default: unbiased
+    assert group.variance in {o.name for o in group.outputs} and group.result not in {o.name for o in group.outputs}
 
 
 def test_captures_on_several_threads_at_once_all_succeed(tmp_path):
