@@ -151,6 +151,48 @@ def test_gemm_is_true_fp32(ext, name):
         assert error <= 1e-5 * float(e.abs().max()), f"{name}: max error {error:.3g} looks like TF32"
 
 
+def _layer_norm_inputs(shift: float) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """The welford_layer_norm case's inputs with x + shift far from zero, and the shifted rows and weight."""
+    inputs = _inputs(cases.CASES["welford_layer_norm"](), seed=2)
+    inputs["shift"] = shift
+    return inputs, inputs["x"] + shift, inputs["w"]
+
+
+def _naive_layer_norm(xs: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The variance as E[x^2] - E[x]^2 in fp32: one pass, and wrong far from zero."""
+    mean = xs.mean(-1, keepdim=True)
+    return (xs - mean) * torch.rsqrt((xs * xs).mean(-1, keepdim=True) - mean * mean + 1e-5) * w
+
+
+def test_welford_rows_far_from_zero_match_torch_where_the_naive_formula_fails(ext):
+    """x = 1e3 + randn: every variant within the harness's fp32 tolerance of torch; E[x^2] - E[x]^2 is not."""
+    from kernelsmith.harness.compare import compare
+
+    case = cases.CASES["welford_layer_norm"]()
+    inputs, xs, w = _layer_norm_inputs(1e3)
+    expected = torch.nn.functional.layer_norm(xs, (xs.shape[-1],), w, eps=1e-5)
+    for config, variant in enumerate(cuda.generate(case.group, case.values).variants):
+        verdict = compare(_run(ext, case, inputs, config)[0], expected, "fp32")
+        assert verdict["ok"], f"variant {config} ({variant}): {verdict['reason']}"
+    assert not compare(_naive_layer_norm(xs, w), expected, "fp32")["ok"]
+
+
+def test_welford_rows_very_far_from_zero_are_as_close_to_the_exact_answer_as_torch(ext):
+    """x = 1e4 + randn: an fp32 mean is rounded to 1e-3 there, so only closeness to the exact (float64) answer
+    can be asked: as close as torch's own kernel; the naive formula is nowhere near (NaN)."""
+    case = cases.CASES["welford_layer_norm"]()
+    inputs, xs, w = _layer_norm_inputs(1e4)
+    exact = torch.nn.functional.layer_norm(xs.double(), (xs.shape[-1],), w.double(), eps=1e-5)
+
+    def error(y: torch.Tensor) -> float:
+        return float((y.double() - exact).norm() / exact.norm())
+    torch_error = error(torch.nn.functional.layer_norm(xs, (xs.shape[-1],), w, eps=1e-5))
+    for config, variant in enumerate(cuda.generate(case.group, case.values).variants):
+        ours = error(_run(ext, case, inputs, config)[0])
+        assert ours <= 1.5 * torch_error, f"variant {config} ({variant}): {ours:.3g} off, torch {torch_error:.3g}"
+    assert not error(_naive_layer_norm(xs, w)) <= 1.0
+
+
 BAD_INPUTS = """
 import sys, torch
 from kernelsmith.harness import build
