@@ -4,7 +4,8 @@
 
 An estimate from the plan alone (nothing runs): each kernel reads its tensor inputs once, or
 twice when it makes a second pass over its operand (a broadcast epilogue, softmax), and writes
-its outputs once; fp32. Library kernels (cuBLAS, cuDNN) are counted at their inputs and outputs.
+its outputs once; fp32. Library kernels (cuBLAS, cuDNN) are counted at their inputs and outputs; a
+GEMM operand read in place through a layout (an expanded weight) at the matrices it holds.
 Prints a markdown table.
 """
 import argparse
@@ -20,7 +21,7 @@ from kernelsmith.compiler.ir import ReductionGroup  # noqa: E402
 def gib_moved(plan) -> float:
     total = 0
     for group in plan.groups():
-        reads = sum(v.numel for v in group.inputs if not v.scalar)
+        reads = group.elements_read()  # (a GEMM operand read through a layout: its matrices, a shared one once)
         two_pass = isinstance(group, ReductionGroup) and (group.broadcast_epilogue or
                                                           group.reduce in ("softmax", "log_softmax"))
         total += reads * (2 if two_pass else 1) + sum(o.numel for o in group.outputs)

@@ -63,8 +63,8 @@ CASES = {  # module, input shape
     # of the query rows (their output is 0: _safe_softmax, kept whole) and hides the first keys of others
     # (an online softmax must not compute exp(-inf - -inf))
     "attention": ("Attention()", (2, 3, 8, 8)),
-    # operands a GEMM cannot read as they are (a transposed activation, MultiheadAttention's head split): a
-    # pointwise kernel copies them dense first (level3/31 and level3/46 stopped at "a non-contiguous operand")
+    # GEMM operands that are views (a transposed activation, MultiheadAttention's head split): read in place
+    # through their matrix layouts (tests/test_builtin_gemm_layouts.py; once copied dense, once refused)
     "transposed_bmm": ("TransposedBmm()", (3, 6, 5)),
     "multihead": ("MultiHead(8, 2)", (5, 2, 8)),
 }

@@ -20,8 +20,8 @@ from typing import Callable
 import pytest
 
 from kernelsmith.compiler import cuda
-from kernelsmith.compiler.ir import (CatGroup, ConvGroup, GemmGroup, Generated, Group, Op, PointwiseGroup, PoolGroup,
-                                     ReductionGroup, Value)
+from kernelsmith.compiler.ir import (CatGroup, ConvGroup, GemmGroup, Generated, Group, MatrixLayout, Op, PointwiseGroup,
+                                     PoolGroup, ReductionGroup, Value)
 
 TORCH_HEADER = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10)/', re.MULTILINE)
 
@@ -186,6 +186,16 @@ def mm_case() -> Case:
     """A plain a @ b: cuBLAS alone, no epilogue kernel."""
     a, b, y = _v("a", (20, 30)), _v("b", (30, 10)), _v("y", (20, 10))
     group = GemmGroup("k13_mm", [a, b], [y], a="a", b="b", m=20, n=10, k=30, result="y", out_shape=(20, 10))
+    return Case(group, _values(a, b, y), lambda torch, t: [t["a"] @ t["b"]], atol=1e-4, rtol=1e-3, tags={"gemm"})
+
+
+def mm_transposed_case() -> Case:
+    """A plain a @ b of two transposed views, read in place (column-major: CUBLAS_OP_T, their rows as leading
+    dimensions; the GPU test makes each a transposed tensor)."""
+    m, n, k = 19, 11, 23
+    a, b, y = _v("a", (m, k), contiguous=False), _v("b", (k, n), contiguous=False), _v("y", (m, n))
+    group = GemmGroup("k40_mm_transposed", [a, b], [y], a="a", b="b", m=m, n=n, k=k, result="y", out_shape=(m, n),
+                      a_layout=MatrixLayout(True, m, 0, (1, m)), b_layout=MatrixLayout(True, k, 0, (1, k)))
     return Case(group, _values(a, b, y), lambda torch, t: [t["a"] @ t["b"]], atol=1e-4, rtol=1e-3, tags={"gemm"})
 
 
@@ -376,7 +386,7 @@ CASES = {f.__name__.removesuffix("_case"): f for f in (
     column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case,
     conv2d_case, conv_transpose1d_case, depthwise_conv3d_case, max_pool_case, avg_pool3d_case, cumsum_rows_case,
     cumsum_columns_case, masked_case, float_input_case, frobenius_case, long_row_softmax_case, long_row_argmax_case,
-    long_row_mean_case, cat_case, safe_softmax_case)}
+    long_row_mean_case, cat_case, safe_softmax_case, mm_transposed_case)}
 
 
 
@@ -398,7 +408,7 @@ def at_precision(make: Callable[[], Case], precision: str, dtype: str = "float32
 
 PRECISION_CASES = {  # precision: (the tensors' dtype, the cases)
     "bf16": ("bfloat16", ("pointwise", "rmsnorm", "argmax", "gemm", "bmm", "conv2d", "max_pool", "cumsum_rows",
-                          "masked", "cat", "long_row_softmax")),
+                          "masked", "cat", "long_row_softmax", "mm_transposed")),
     "fp16": ("float16", ("pointwise", "softmax", "linear", "conv_transpose1d", "avg_pool3d")),
     "tf32": ("float32", ("gemm", "conv2d")),  # float32 storage: only cuBLAS's and cuDNN's math differ
 }
@@ -536,6 +546,17 @@ def test_gemm_uses_cublas_without_tf32_in_its_own_file():
     assert "cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, 24, 48, 40, &alpha, b, 40, a, 40, &beta, c, 24)" in cublas
     assert "cublas" not in made.files["k5_gemm.cu"].lower().replace("k5_gemm_gemm.cu", "")
     assert len(made.variants) == 6  # bias in the epilogue or through beta, 3 block sizes each
+
+
+def test_transposed_operands_go_to_cublas_as_they_lie_and_their_strides_are_checked():
+    made = cuda.generate(mm_transposed_case().group, mm_transposed_case().values)
+    assert ("cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_T, 11, 19, 23, &alpha, b, 23, a, 19, &beta, c, 11)"
+            in made.files["k40_mm_transposed_gemm.cu"])
+    binding = made.files["k40_mm_transposed_binding.cpp"]
+    assert "k40_mm_transposed: input a must have strides [1, 19]" in binding and "must be contiguous" not in binding
+    ex = cuda.generate(mm_transposed_case().group, mm_transposed_case().values, "tf32")
+    assert "cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_T, 11, 19, 23, &alpha, b, CUDA_R_32F, 23, a, CUDA_R_32F, 19" \
+        in ex.files["k40_mm_transposed_gemm.cu"]
 
 
 def test_argmax_result_is_int64():

@@ -54,6 +54,10 @@ class Group:
     def ops(self) -> list[Op]:
         return []
 
+    def elements_read(self) -> int:
+        """The elements the kernel reads from memory, each tensor input once."""
+        return sum(v.numel for v in self.inputs if not v.scalar)
+
 
 @dataclass
 class PointwiseGroup(Group):
@@ -129,19 +133,41 @@ class ReductionGroup(Group):
         return self.prologue + self.epilogue + self.broadcast_epilogue
 
 
+@dataclass(frozen=True)
+class MatrixLayout:
+    """Where a GEMM operand's matrices lie in its value's memory, as cuBLAS reads them: row-major
+    (element (r, c) at r * ld + c) or, `transposed`, column-major (at r + c * ld); a batch's matrices
+    `batch_stride` elements apart (0: one matrix shared by the batch, an expanded operand).
+    `strides`: the value's own strides, which the binding checks; () when it reads the value contiguous."""
+
+    transposed: bool = False
+    ld: int = 0
+    batch_stride: int = 0
+    strides: tuple[int, ...] = ()
+
+    def elements(self, batch: int, rows: int, cols: int) -> int:
+        """How many elements a GEMM reads through this layout (a shared matrix once)."""
+        return (batch if self.batch_stride else 1) * rows * cols
+
+
 @dataclass
 class GemmGroup(Group):
     """out[b] = a[b] @ op(b_mat[b]) (+ bias), then pointwise `epilogue` ops at [batch.., m, n].
 
-    a is [m, k] or [batch, m, k], contiguous. b names a contiguous [k, n] matrix, or, when
-    trans_b, a contiguous [n, k] one (nn.Linear's weight) used transposed. bias, when present, has shape
-    [n] (broadcast over rows) and is added before the epilogue, scaled by beta.
+    a is [m, k] or [batch, m, k]. b names a [k, n] matrix, or, when trans_b, an [n, k] one (nn.Linear's
+    weight) used transposed. Each is read contiguous, unless its layout (a_layout, b_layout: a transposed
+    or strided view, an expanded batch) says where its matrices lie. A bmm whose b is one matrix shared by
+    the batch and whose a's rows follow each other in memory is one GEMM of batch * m rows (batch 1, a
+    of shape [batch, m, k]). bias, when present, has shape [n] (broadcast over rows) and is added before
+    the epilogue, scaled by beta.
     """
 
     a: str = ""
     b: str = ""
     bias: str | None = None
     trans_b: bool = False
+    a_layout: MatrixLayout | None = None  # None: contiguous
+    b_layout: MatrixLayout | None = None
     batch: int = 1
     m: int = 0
     n: int = 0
@@ -156,6 +182,28 @@ class GemmGroup(Group):
 
     def ops(self) -> list[Op]:
         return self.epilogue
+
+    def layout(self, operand: str, values: dict[str, Value]) -> MatrixLayout:
+        """How the kernel reads operand "a" or "b": its layout, else contiguous as its value lies (b
+        transposed when trans_b; one matrix for the whole batch when the value holds one)."""
+        given = self.a_layout if operand == "a" else self.b_layout
+        if given is not None:
+            return given
+        rows, cols = (self.m, self.k) if operand == "a" else (self.k, self.n)
+        shared = values[getattr(self, operand)].numel <= rows * cols
+        transposed = operand == "b" and self.trans_b
+        return MatrixLayout(transposed, rows if transposed else cols, 0 if shared else rows * cols)
+
+    def elements_read(self) -> int:
+        """Each input once; an operand read through a layout, the elements of its matrices (a shared one once)."""
+        laid_out = ((self.a, self.a_layout, self.m, self.k), (self.b, self.b_layout, self.k, self.n))
+        through = {name: layout.elements(self.batch, rows, cols) for name, layout, rows, cols in laid_out if layout}
+        return sum(through.get(v.name, v.numel) for v in self.inputs if not v.scalar)
+
+    def operand_strides(self) -> dict[str, tuple[int, ...]]:
+        """The operands read in place through a layout, with the strides the binding checks."""
+        laid_out = ((self.a, self.a_layout), (self.b, self.b_layout))
+        return {name: layout.strides for name, layout in laid_out if layout is not None}
 
 
 @dataclass

@@ -13,14 +13,14 @@ outside its group (or forward's return) reads it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kernelsmith.compiler import layout, lowering, passes, remat
 from kernelsmith.compiler.cstyle.access import broadcastable
 from kernelsmith.compiler.dtypes import FLOATS
 from kernelsmith.compiler.graph import Graph, Node
-from kernelsmith.compiler.ir import (FULL_SHAPE_REDUCTIONS, CatGroup, ConvGroup, GemmGroup, Group, Op, Plan,
-                                     PointwiseGroup, PoolGroup, ReductionGroup, Value, ViewStep)
+from kernelsmith.compiler.ir import (FULL_SHAPE_REDUCTIONS, CatGroup, ConvGroup, GemmGroup, Group, MatrixLayout, Op,
+                                     Plan, PointwiseGroup, PoolGroup, ReductionGroup, Value, ViewStep)
 from kernelsmith.compiler.lowering import Unsupported
 
 UNSTORED = "only float32, bfloat16 and float16 kernels are generated yet"
@@ -36,6 +36,16 @@ def plan(graph: Graph) -> Plan:
         empty.unsupported.append(str(err))
         return empty
     return Partitioner(graph, remat=os.environ.get("KERNELSMITH_REMAT", "1") != "0").run()
+
+
+def fold_shared_batch(group: GemmGroup, values: dict[str, Value]) -> None:
+    """A bmm of one shared b (an expanded weight) whose a's rows follow each other in memory across
+    the batch is one GEMM of batch * m rows, not batch small ones (the output is the same memory)."""
+    a, b = group.layout("a", values), group.layout("b", values)
+    if group.batch == 1 or b.batch_stride != 0 or a.transposed or a.batch_stride != group.m * a.ld:
+        return
+    group.m, group.batch = group.batch * group.m, 1
+    group.a_layout = None if group.a_layout is None else replace(a, batch_stride=0)
 
 
 @dataclass
@@ -199,8 +209,11 @@ class Partitioner:
         bias, a, b = (args[0], args[1], args[2]) if name == "addmm" else (None, args[0], args[1])
         self.require_float(node, [x for x in (bias, a, b) if x])
         b_source, trans_b = self.weight_of(b)
-        a, b_source = self.dense(a), b_source if trans_b else self.dense(b_source)
+        a, a_layout = self.gemm_operand(a)
+        b_source, b_layout = (b_source, None) if trans_b else self.gemm_operand(b_source)
         group = self.gemm_group(node, name, a, b_source, trans_b, bias)
+        group.a_layout, group.b_layout = a_layout, b_layout
+        fold_shared_batch(group, self.values)
         self.plan.add_inputs(group, [x for x in (a, b_source, bias) if x])
         self.push(group, node.name)
 
@@ -211,6 +224,14 @@ class Partitioner:
                 len(self.values[b].shape) == 2 and self.values[step.source].contiguous:
             return step.source, True
         return b, False
+
+    def gemm_operand(self, name: str) -> tuple[str, MatrixLayout | None]:
+        """A GEMM operand as cuBLAS reads it: contiguous (no layout), a strided view read in place
+        (transposed, a leading dimension, a batch stride), or else a dense copy."""
+        if self.values[name].contiguous:
+            return name, None
+        strided = layout.matrix_layout(self.values[name].shape, layout.strides(self.plan, name))
+        return (name, strided) if strided is not None else (self.dense(name), None)
 
     def gemm_group(self, node: Node, name: str, a: str, b: str, trans_b: bool, bias: str | None) -> GemmGroup:
         a_shape, out = self.values[a].shape, node.shape

@@ -15,10 +15,11 @@ def binding(group: Group) -> str:
     tensors = [i for i, v in enumerate(group.inputs) if not v.scalar]
     if not tensors:
         raise ValueError(f"{name}: a kernel with no tensor input is unsupported")
-    space = _space(group)
+    space, in_place = _space(group), group.operand_strides() if isinstance(group, GemmGroup) else {}
     lines = []
     for i, value in enumerate(group.inputs):
-        lines += _scalar_lines(i) if value.scalar else _input_checks(name, i, value, space(value))
+        lines += _scalar_lines(i) if value.scalar else _input_checks(name, i, value, space(value),
+                                                                     in_place.get(value.name))
     for j, out in enumerate(group.outputs):
         dtype = ATEN_DTYPES[out.dtype]
         shape = ", ".join(str(s) for s in out.shape)
@@ -54,7 +55,8 @@ def _scalar_lines(i: int) -> list[str]:
     return [f"  const float scalar{i} = (float)in{i};", f"  KsStrides st{i} = {{}};"]
 
 
-def _input_checks(name: str, i: int, value: Value, space) -> list[str]:
+def _input_checks(name: str, i: int, value: Value, space, strides: tuple[int, ...] | None = None) -> list[str]:
+    """`strides`: those of a GEMM operand read in place, baked into the kernel (checked equal)."""
     shape = ", ".join(str(s) for s in value.shape)
     lines = [f'  TORCH_CHECK(in{i}.device().is_cpu(), "{name}: input {i} ({value.name}) must be a CPU tensor");',
              f'  TORCH_CHECK(in{i}.scalar_type() == {ATEN_DTYPES[value.dtype]}, '
@@ -62,6 +64,8 @@ def _input_checks(name: str, i: int, value: Value, space) -> list[str]:
              f'  TORCH_CHECK(in{i}.sizes() == c10::IntArrayRef({{{shape}}}), "{name}: input {i} ({value.name}) '
              f'must have shape [{shape}], got ", in{i}.sizes());',
              f"  KsStrides st{i} = {{}};"]
+    if strides is not None:
+        return lines + [_stride_check(name, i, value, strides)]
     access = access_for(value.shape, value.contiguous, space) if space is not None else Access("dense", ())
     if access.mode == "strided":
         dims = ", ".join(str(s) for s in space)
@@ -72,3 +76,9 @@ def _input_checks(name: str, i: int, value: Value, space) -> list[str]:
     elif access.mode == "dense":
         lines.append(f'  TORCH_CHECK(in{i}.is_contiguous(), "{name}: input {i} ({value.name}) must be contiguous");')
     return lines
+
+
+def _stride_check(name: str, i: int, value: Value, strides: tuple[int, ...]) -> str:
+    want = ", ".join(str(s) for s in strides)
+    return (f'  TORCH_CHECK(in{i}.strides() == c10::IntArrayRef({{{want}}}), "{name}: input {i} ({value.name}) '
+            f'must have strides [{want}], got ", in{i}.strides());')

@@ -11,19 +11,23 @@ from kernelsmith.compiler.ir import Generated, Group, Value
 
 
 def generated(group: Group, files: dict[str, str], params: list[Param], dense: set[str],
-              variants: list[str], workspace: bool = False) -> Generated:
-    """A kernel family's files, plus the binding; `dense`: the inputs it reads dense (checked contiguous)."""
+              variants: list[str], workspace: bool = False, strides: dict[str, tuple[int, ...]] | None = None
+              ) -> Generated:
+    """A kernel family's files, plus the binding; `dense`: the inputs it reads dense (checked contiguous);
+    `strides`: those it reads in place through strides baked into its code (checked equal)."""
     files = dict(files)
-    files[f"{group.name}_binding.cpp"] = _binding(group, params, dense, len(variants), workspace)
+    files[f"{group.name}_binding.cpp"] = _binding(group, params, dense, len(variants), workspace, strides or {})
     return Generated(files, group.name, variants)
 
 
-def _binding(group: Group, params: list[Param], dense: set[str], variants: int, workspace: bool = False) -> str:
+def _binding(group: Group, params: list[Param], dense: set[str], variants: int, workspace: bool = False,
+             strides: dict[str, tuple[int, ...]] | None = None) -> str:
     tensors = [v for v in group.inputs if not v.scalar]
     if not tensors:
         raise ValueError(f"{group.name}: a kernel with no tensor input is unsupported")
     name, first = group.name, f"in_{tensors[0].name}"
-    lines = [line for v in tensors for line in _input_checks(name, v, v.name in dense, first)]
+    lines = [line for v in tensors for line in _input_checks(name, v, v.name in dense, first)
+             + _stride_check(name, v, (strides or {}).get(v.name))]
     lines += [f'  TORCH_CHECK(config >= 0 && config < {variants}, "{name}: config must be in [0, {variants}), got ", '
               "config);",
               f"  const c10::cuda::CUDAGuard device_guard({first}.device());"]
@@ -66,6 +70,15 @@ def _input_checks(kernel: str, value: Value, dense: bool, first: str) -> list[st
     if dense:
         lines.append(f'  TORCH_CHECK({t}.is_contiguous(), "{what} must be contiguous");')
     return lines
+
+
+def _stride_check(kernel: str, value: Value, strides: tuple[int, ...] | None) -> list[str]:
+    """An input read in place through baked-in strides (a GEMM operand that is a transposed or expanded view)."""
+    if strides is None:
+        return []
+    t, want = f"in_{value.name}", list(strides)
+    return [f'  TORCH_CHECK(({t}.strides().vec() == std::vector<int64_t>{braced(strides)}), '
+            f'"{kernel}: input {value.name} must have strides {want}, got ", {t}.strides());']
 
 
 def _allocation(out: Value, first: str) -> str:

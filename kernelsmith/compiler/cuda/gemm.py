@@ -39,7 +39,13 @@ def gemm(group: GemmGroup, values: dict[str, Value], precision: str = "fp32") ->
     files = {f"{group.name}.cu": cu_file(group, what, kernels, launch),
              f"{group.name}_gemm.cu": _cublas(group, values, precision if ex else None)}
     name = f"GemmEx ({_ex_math(values[group.a].dtype, precision)})" if ex else "sgemm"
-    return generated(group, files, params, {group.a, group.b} | dense(reads), [_describe(v, name) for v in variants])
+    return generated(group, files, params, _contiguous_operands(group) | dense(reads),
+                     [_describe(v, name) for v in variants], strides=group.operand_strides())
+
+
+def _contiguous_operands(group: GemmGroup) -> set[str]:
+    """The operands read contiguous (those with a layout are checked stride by stride)."""
+    return {group.a, group.b} - set(group.operand_strides())
 
 
 def _epilogue(group: GemmGroup, reads: list[Read], params: list[Param], bias: str | None) -> Elementwise:
@@ -53,20 +59,37 @@ def _epilogue(group: GemmGroup, reads: list[Read], params: list[Param], bias: st
 def _check(group: GemmGroup, values: dict[str, Value]) -> None:
     if min(group.m, group.n, group.k, group.batch) <= 0 or max(group.m, group.n, group.k) > INT_MAX:
         raise ValueError(f"{group.name}: GEMM sizes m={group.m} n={group.n} k={group.k} are unsupported")
+    _check_shapes(group, values)
+    _check_layouts(group, values)
     a, b = values[group.a], values[group.b]
-    b_tail = (group.n, group.k) if group.trans_b else (group.k, group.n)
-    if tuple(a.shape[-2:]) != (group.m, group.k) or tuple(b.shape[-2:]) != b_tail:
-        raise ValueError(f"{group.name}: operand shapes {list(a.shape)} and {list(b.shape)} (trans_b={group.trans_b}) "
-                         "are unsupported")
-    if a.numel not in (group.m * group.k, group.batch * group.m * group.k) or \
-            b.numel not in (group.n * group.k, group.batch * group.n * group.k):
-        raise ValueError(f"{group.name}: batched operands of shapes {list(a.shape)}, {list(b.shape)} are unsupported")
-    if not (a.contiguous and b.contiguous):
-        raise ValueError(f"{group.name}: non-contiguous GEMM operands are unsupported")
     product = group.outputs[0].dtype
     if a.dtype != b.dtype or product not in (a.dtype, "float32"):
         raise ValueError(f"{group.name}: a GEMM of {a.dtype} @ {b.dtype} into a {product} buffer is unsupported "
                          "(cuBLAS takes operands of one dtype, written at that dtype or float32)")
+
+
+def _check_shapes(group: GemmGroup, values: dict[str, Value]) -> None:
+    """a holds batch * m rows of k; b is [k, n] ([n, k] when trans_b), one matrix or one per batch (or one
+    shared through a layout of batch stride 0, an expanded operand)."""
+    a, b = values[group.a], values[group.b]
+    b_tail = (group.n, group.k) if group.trans_b else (group.k, group.n)
+    if a.shape[-1] != group.k or prod(a.shape[:-1]) not in (group.m, group.batch * group.m) or \
+            tuple(b.shape[-2:]) != b_tail:
+        raise ValueError(f"{group.name}: operand shapes {list(a.shape)} and {list(b.shape)} (trans_b={group.trans_b}) "
+                         "are unsupported")
+    shared = group.layout("b", values).batch_stride == 0
+    if b.numel not in (group.n * group.k, group.batch * group.n * group.k) and not shared:
+        raise ValueError(f"{group.name}: batched operands of shapes {list(a.shape)}, {list(b.shape)} are unsupported")
+
+
+def _check_layouts(group: GemmGroup, values: dict[str, Value]) -> None:
+    """Each operand is contiguous or has a layout, with a leading dimension cuBLAS takes (an int)."""
+    for operand, layout in (("a", group.a_layout), ("b", group.b_layout)):
+        value = values[getattr(group, operand)]
+        if layout is None and not value.contiguous:
+            raise ValueError(f"{group.name}: GEMM operand {value.name} is neither contiguous nor a matrix layout")
+        if layout is not None and not 0 < layout.ld <= INT_MAX:
+            raise ValueError(f"{group.name}: GEMM operand {value.name}'s leading dimension {layout.ld} is unsupported")
 
 
 def _uses_gemm_ex(group: GemmGroup, values: dict[str, Value], precision: str) -> bool:
@@ -163,23 +186,23 @@ def _cublas(group: GemmGroup, values: dict[str, Value], precision: str | None = 
 
 def _strides(group: GemmGroup, values: dict[str, Value]) -> tuple[int, int]:
     """The batch strides of A and B (0: one matrix shared by the batch)."""
-    m, n, k = group.m, group.n, group.k
-    return (m * k if values[group.a].numel > m * k else 0), (n * k if values[group.b].numel > n * k else 0)
+    return group.layout("a", values).batch_stride, group.layout("b", values).batch_stride
 
 
-def _op_b(group: GemmGroup) -> tuple[str, int]:
-    """B's operation and leading dimension: a transposed weight [n, k] is read as it is."""
-    return ("CUBLAS_OP_T", group.k) if group.trans_b else ("CUBLAS_OP_N", group.n)
+def _op(group: GemmGroup, values: dict[str, Value], operand: str) -> tuple[str, int]:
+    """An operand's cuBLAS operation and leading dimension: a transposed one is read as it lies."""
+    layout = group.layout(operand, values)
+    return ("CUBLAS_OP_T" if layout.transposed else "CUBLAS_OP_N"), layout.ld
 
 
 def _sgemm(group: GemmGroup, values: dict[str, Value]) -> str:
     m, n, k = group.m, group.n, group.k
-    op_b, ldb = _op_b(group)
-    common = f"handle, {op_b}, CUBLAS_OP_N, {n}, {m}, {k}, &alpha, b, {ldb}"
+    (op_a, lda), (op_b, ldb) = _op(group, values, "a"), _op(group, values, "b")
+    common = f"handle, {op_b}, {op_a}, {n}, {m}, {k}, &alpha, b, {ldb}"
     if group.batch == 1:
-        return f"status = cublasSgemm({common}, a, {k}, &beta, c, {n});"
+        return f"status = cublasSgemm({common}, a, {lda}, &beta, c, {n});"
     stride_a, stride_b = _strides(group, values)
-    return (f"status = cublasSgemmStridedBatched({common}, {stride_b}LL, a, {k}, {stride_a}LL, &beta, c, "
+    return (f"status = cublasSgemmStridedBatched({common}, {stride_b}LL, a, {lda}, {stride_a}LL, &beta, c, "
             f"{n}, {m * n}LL, {group.batch});")
 
 
@@ -200,12 +223,12 @@ def _gemm_ex(group: GemmGroup, values: dict[str, Value], precision: str) -> tupl
     """The cublasGemmEx (or StridedBatchedEx) call, and what its math is."""
     m, n, k = group.m, group.n, group.k
     ab, c, compute = CUDA_TYPES[values[group.a].dtype], CUDA_TYPES[group.outputs[0].dtype], _compute_type(precision)
-    op_b, ldb = _op_b(group)
-    common = f"handle, {op_b}, CUBLAS_OP_N, {n}, {m}, {k}, &alpha, b, {ab}, {ldb}"
+    (op_a, lda), (op_b, ldb) = _op(group, values, "a"), _op(group, values, "b")
+    common = f"handle, {op_b}, {op_a}, {n}, {m}, {k}, &alpha, b, {ab}, {ldb}"
     if group.batch == 1:
-        call = f"status = cublasGemmEx({common}, a, {ab}, {k}, &beta, c, {c}, {n}, {compute}, CUBLAS_GEMM_DEFAULT);"
+        call = f"status = cublasGemmEx({common}, a, {ab}, {lda}, &beta, c, {c}, {n}, {compute}, CUBLAS_GEMM_DEFAULT);"
     else:
         stride_a, stride_b = _strides(group, values)
-        call = (f"status = cublasGemmStridedBatchedEx({common}, {stride_b}LL, a, {ab}, {k}, {stride_a}LL, &beta, c, "
+        call = (f"status = cublasGemmStridedBatchedEx({common}, {stride_b}LL, a, {ab}, {lda}, {stride_a}LL, &beta, c, "
                 f"{c}, {n}, {m * n}LL, {group.batch}, {compute}, CUBLAS_GEMM_DEFAULT);")
     return call, f"{_ex_math(values[group.a].dtype, precision)} ({compute}), C written as {c}"
