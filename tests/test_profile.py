@@ -460,6 +460,25 @@ def test_harness_work_added_for_both_contenders_below_the_drift_floor_is_charged
     assert abs(read["cycle_extra_ms"]) < read["cycle_noise_ms"]  # no shift against eager: both draws answer
 
 
+def test_eagers_bracket_growth_is_a_reading_never_a_charge():
+    """Eager's brackets after the candidate's import against the calibration's are kept as a reading. On an
+    H100 they grew 0.079 ms for an honest candidate (eager's own slowdown beside a candidate), so charging
+    them took credit from honest kernels; the charge stays with whole cycles."""
+    from kernelsmith.evaluation import checks
+
+    rng = random.Random(11)
+    noisy = lambda base, n: [base + rng.gauss(0, 0.05) for _ in range(n)]
+    tight = lambda base, n: [base + rng.gauss(0, 0.003) for _ in range(n)]
+    host = {"candidate": [0.05] * 100, "eager": [0.1] * 100}
+    calibration = [(c, 0.1) for c in noisy(1.0, 64)]
+    cycles = {"candidate": noisy(0.95, 100), "eager": noisy(1.0, 100)}  # the same harness work around each
+    slower = {"candidate": tight(0.14, 100), "eager": tight(0.19 + 0.08, 100)}  # eager slowed, as on the H100
+    read = checks.clock_readings({"batches": host}, slower, cycles, calibration, tight(0.19, 64))
+    assert 0.075 < read["bracket_growth_ms"] < 0.085 and read["bracket_growth_noise_ms"] < 0.003
+    assert read["growth_noise_ms"] > 0.01  # the cycles' noise, which the charge is judged against
+    assert checks.unreported_time({"batches": host}, slower, cycles, calibration) == 0.0
+
+
 def test_eager_cycles_that_grow_after_the_candidates_import_withhold_the_speed_up():
     """Calibration: eager's runs before the candidate existed in the worker. Work a candidate moves out of
     its timed window for both contenders alike (no shift between them) still lengthens eager's cycles

@@ -125,15 +125,27 @@ def harness_growth(calibration: list[tuple[float, float]], cycles: dict[str, lis
     candidate code existed in the worker: an answer computed as each input is drawn, for eager's draws
     too, cancels in every comparison with eager but not in this one. harness_drift withholds credit
     only past a floor (DRIFT_MIN_MS: a machine that got busier); below it, a kernel of 0.05 ms could move
-    all of its work out of its window for a 2x. Charged instead, such work buys nothing at any size."""
+    all of its work out of its window for a 2x. Charged instead, such work buys nothing at any size.
+
+    Eager's brackets are not compared so: on an H100, for an honest candidate, they were 0.079 ms (+-0.058)
+    longer after the import than in the calibration, eager's own slowdown beside a candidate (the live
+    eager, 0.136 ms against 0.079 ms in a clean process), and charging that took 0.021 ms off the honest
+    kernel's credit (bench/results/h100-2026-12-05c). clock_readings keeps them, as a reading."""
     eager = _eager_cycles(calibration, cycles)
-    if eager is None:
-        return 0.0
-    runs, after = eager
-    return max(0.0, _shift(after, runs) - _noise(runs, after, CHARGE_SIGMAS))
+    return _growth(*eager) if eager else 0.0
 
 
-def clock_readings(prof: dict, parent: dict, cycles: dict, calibration: list) -> dict[str, float]:
+def _growth(before: list[float], after: list[float]) -> float:
+    return max(0.0, _shift(after, before) - _noise(before, after, CHARGE_SIGMAS))
+
+
+def _eager_brackets(before: list[float], after: list[float]) -> tuple[list, list] | None:
+    """Eager's brackets before the candidate's import (the first dropped, as for cycles) and after it."""
+    return (before[1:], after) if len(before) >= 5 and len(after) >= 4 else None
+
+
+def clock_readings(prof: dict, parent: dict, cycles: dict, calibration: list,
+                   calibration_brackets: list | None = None) -> dict[str, float]:
     """What the parent's clock measured, in ms per run, each beside the noise it was judged against: the
     candidate's bracket and cycle time beyond eager's, and eager's cycle growth over the calibration. A
     result keeps them (EvalResult.clock), so a charge, or the lack of one, can be read against its noise."""
@@ -145,6 +157,10 @@ def clock_readings(prof: dict, parent: dict, cycles: dict, calibration: list) ->
     eager = _eager_cycles(calibration or [], cycles or {})
     if eager is not None:
         readings.update({"growth_ms": _shift(eager[1], eager[0]), "growth_noise_ms": _noise(*eager, CHARGE_SIGMAS)})
+    brackets = _eager_brackets(calibration_brackets or [], (parent or {}).get("eager") or [])
+    if brackets is not None:
+        readings.update({"bracket_growth_ms": _shift(brackets[1], brackets[0]),
+                         "bracket_growth_noise_ms": _noise(*brackets, CHARGE_SIGMAS)})
     return {key: round(value, 5) for key, value in readings.items()}
 
 

@@ -298,8 +298,9 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
     record_phases(result, "profile.worker", prof.get("phases"))
     apply_profile(prof, result)
     _violation(result, checks.clock_disagreement(prof, clock.batches))
-    charge_unreported(result, checks.unreported_time(prof, clock.batches, clock.cycles, clock.calibration))
-    result.clock = checks.clock_readings(prof, clock.batches, clock.cycles, clock.calibration)
+    seen = (prof, clock.batches, clock.cycles, clock.calibration)
+    charge_unreported(result, checks.unreported_time(*seen))
+    result.clock = checks.clock_readings(*seen, clock.calibration_brackets)
     _violation(result, checks.helper_processes(clock))
     _violation(result, clock.loads.violation())  # what the worker mapped, read by this process (loads.py)
     if not result.violations:

@@ -354,6 +354,7 @@ class ParentClock:
         # eager's runs before the candidate was imported: their cycles, and the timed ms each reported at once
         # (trusted: no candidate code existed in the worker yet); closed by the worker's `calibrated`
         self.calibration: list[tuple[float, float]] = []
+        self.calibration_brackets: list[float] = []  # the same runs' brackets, ms from `g` to `done`
         self.calibrating = True
         self.seeds: list[int] = []  # per timed candidate run, in order
         self.draws = 0
@@ -446,6 +447,7 @@ class ParentClock:
         self._last_done = done
         if calibration:
             self.calibration.append((cycle_ms, timed_ms))
+            self.calibration_brackets.append((done - start) * 1e3)
         else:
             self.batches.setdefault(name, []).append((done - start) * 1e3)
             self.cycles.setdefault(name, []).append(cycle_ms)
