@@ -231,9 +231,10 @@ def run_profile(job: dict) -> dict:
 
 
 def calibration_runs(min_runs: int) -> int:
-    """As many as the timed runs, up to 64: the calibration's standard error is half of the noise that
-    bounds what checks.harness_growth can see (20 runs let a 0.1 ms kernel on an H100 move work unseen)."""
-    return max(16, min(64, min_runs))
+    """Half the timed runs, 16 to 32. Doubling them (3.5, briefly) halved the calibration's share of the
+    growth check's noise, but on an H100 that noise is 0.13-0.37 ms a run, mostly eager's cycles after
+    the import, so it bought nothing and cost a CPU profile 10% more (docs/env.md: the overhead bound)."""
+    return max(16, min(32, min_runs // 2))
 
 
 def calibrate(eager, pool: InputPool, clocks: Clocks, flusher: L2Flusher, parent_clock, native, sums,
