@@ -1,0 +1,311 @@
+"""GEMM operands read where they lie (ir.MatrixLayout, layout.matrix_layout): a transposed view, rows a
+leading dimension apart, a batch stride (0 for an expanded weight) go to cuBLAS and to the CPU's loops
+as they are, with no copy kernel; only a view no layout describes is still copied dense.
+
+Each case is a real module captured into a plan: on the CPU target every launch variant matches torch,
+and the plan has fewer kernels and moves fewer bytes than the same plan with every strided operand
+copied dense. The CUDA files of the same plans compile with nvcc (the cuBLAS ones where cublas_v2.h is:
+$CUBLAS_INCLUDE_DIR); tests/gpu/test_builtin_cuda_gpu.py runs them (CASES, MODULES) against torch."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernelsmith.compiler import cpu, cuda, layout  # noqa: E402
+from kernelsmith.compiler.ir import GemmGroup, Group, MatrixLayout, Plan, PointwiseGroup  # noqa: E402
+from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
+from kernelsmith.harness import build  # noqa: E402
+
+MODULES = """
+class Scores(nn.Module):
+    # q @ k^T of two kernels' outputs, batched over two dims: k's transpose is read column-major
+    def forward(self, x):
+        return torch.tanh(x) @ torch.sigmoid(x).transpose(-1, -2)
+
+class InputScores(nn.Module):
+    # x @ x^T of forward's input: the transposed view is taken before the kernels
+    def forward(self, x):
+        return torch.bmm(x, x.transpose(1, 2))
+
+class ExpandedWeight(nn.Module):
+    # weight.expand(B, ...): batch stride 0, and one GEMM of B * m rows instead of B small ones
+    def __init__(self, k, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(k, n) / k ** 0.5)
+    def forward(self, x):
+        return torch.bmm(x, self.w.expand(x.shape[0], -1, -1))
+
+class PermutedLinear(nn.Module):
+    # level3/31's in-projection: a linear of a permuted 3-d input is a bmm with W^T expanded over the
+    # batch (read in place) and the permuted input (no layout: neither of its matrix dims is unit stride)
+    def __init__(self, k, n):
+        super().__init__()
+        self.lin = nn.Linear(k, n)
+    def forward(self, x):
+        return self.lin(x.permute(2, 0, 1))
+
+class AddmmTransposed(nn.Module):
+    # addmm(bias, x^T, W^T): a transposed activation (column-major a) and a transposed weight
+    def __init__(self, k, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(n, k) / k ** 0.5)
+        self.b = nn.Parameter(torch.randn(n))
+    def forward(self, x):
+        return torch.addmm(self.b, torch.relu(x).t(), self.w.t())
+
+class Attention(nn.Module):
+    # scaled_dot_product_attention scales q and k^T by 1 / sqrt(sqrt(d)) each: both scales become the
+    # first GEMM's alpha (passes/gemm_scale.py), which then reads q and k^T where they lie
+    def forward(self, x):
+        return torch.nn.functional.scaled_dot_product_attention(x, torch.tanh(x), x * x)
+
+class MaskedAttention(nn.Module):
+    # the same with a bool mask made in forward, fused into the softmax kernel
+    def forward(self, x):
+        return torch.nn.functional.scaled_dot_product_attention(x, torch.tanh(x), x * x, attn_mask=x > -0.5)
+
+class DividedOperand(nn.Module):
+    # (x / 4) @ x^T: the division is the GEMM's alpha, 0.25
+    def forward(self, x):
+        return torch.bmm(x / 4.0, x.transpose(1, 2))
+
+class SharedScale(nn.Module):
+    # x * 0.5 feeds the GEMM and a sum: it stays a kernel, and the GEMM's alpha 1
+    def forward(self, x):
+        y = x * 0.5
+        return torch.bmm(y, x.transpose(1, 2)) + y.sum()
+
+class Heads(nn.Module):
+    # nn.MultiheadAttention: the head split's q, k^T and v are strided batches read in place
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(dim, heads)
+    def forward(self, x):
+        return self.attn(x, x, x)[0]
+"""
+
+CASES = {  # module, input shape, dense copies left for GEMM operands
+    "scores": ("Scores()", (2, 3, 6, 5), 0),
+    "input_scores": ("InputScores()", (3, 6, 5), 0),
+    "expanded_weight": ("ExpandedWeight(5, 7)", (4, 6, 5), 0),
+    "permuted_linear": ("PermutedLinear(6, 9)", (2, 6, 5), 1),
+    "addmm_transposed": ("AddmmTransposed(6, 9)", (6, 5), 0),
+    "multihead": ("Heads(8, 2)", (5, 2, 8), 0),
+    "attention": ("Attention()", (2, 3, 8, 8), 0),
+    "masked_attention": ("MaskedAttention()", (2, 3, 8, 8), 0),
+    "divided_operand": ("DividedOperand()", (3, 6, 5), 0),
+    "shared_scale": ("SharedScale()", (3, 6, 5), 0),
+}
+NAMESPACE = {"torch": torch, "nn": torch.nn}
+exec(MODULES, NAMESPACE)  # the same classes the task files define, for the reference
+
+
+def task_file(folder: Path, module: str, shape) -> Path:
+    """A task file whose Model runs `module` and an epilogue after it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.py"
+    path.write_text("import torch\nimport torch.nn as nn\n" + MODULES + textwrap.dedent(f"""
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = {module}
+
+            def forward(self, x):
+                return torch.tanh(self.m(x)) * 2.0
+
+        def get_inputs():
+            return [torch.randn{tuple(shape)}]
+
+        def get_init_inputs():
+            return []
+    """))
+    return path
+
+
+def plan_of(folder: Path, name: str, device: str = "cpu"):
+    module, shape, _ = CASES[name]
+    built = build_plan(task_file(folder / name, module, shape), device, "fp32")
+    assert not built.unsupported, built.unsupported
+    return built
+
+
+def dense_copies(plan: Plan) -> list[PointwiseGroup]:
+    """The pointwise kernels that only copy a GEMM operand dense (Partitioner.dense)."""
+    operands = {name for g in plan.groups() if isinstance(g, GemmGroup) for name in (g.a, g.b)}
+    return [g for g in plan.groups() if isinstance(g, PointwiseGroup) and [op.name for op in g.body] == ["copy"]
+            and g.outputs[0].name in operands]
+
+
+def elements_moved(plan: Plan) -> int:
+    return sum(g.elements_read() + sum(o.numel for o in g.outputs) for g in plan.groups())
+
+
+def test_matrix_layouts_of_transposed_strided_and_expanded_views():
+    assert layout.matrix_layout((4, 6), (6, 1)) == MatrixLayout(False, 6, 0, (6, 1))
+    assert layout.matrix_layout((4, 6), (1, 4)) == MatrixLayout(True, 4, 0, (1, 4))
+    assert layout.matrix_layout((8, 4, 6), (0, 6, 1)) == MatrixLayout(False, 6, 0, (0, 6, 1))  # expanded
+    assert layout.matrix_layout((8, 32, 100), (4800, 1, 48)) == MatrixLayout(True, 48, 4800, (4800, 1, 48))
+    assert layout.matrix_layout((8, 6, 1), (6, 1, 7)) == MatrixLayout(False, 1, 6, (6, 1, 7))  # a column: any stride
+    assert layout.matrix_layout((16, 2, 128), (1, 2097152, 16384)) is None  # no unit stride: copied dense
+    assert layout.matrix_layout((4, 6), (2, 1)) is None  # rows that overlap
+    assert layout.matrix_layout((2, 3, 4, 6), (72, 24, 6, 1)) is None  # a batch over two dims
+
+
+def test_strided_operands_feed_the_gemm_with_no_copy_kernel(tmp_path, monkeypatch):
+    """Fewer kernels and fewer bytes than the same plans with every strided operand copied dense."""
+    plans = {name: plan_of(tmp_path, name).plan for name in CASES}
+    monkeypatch.setattr(layout, "matrix_layout", lambda shape, strides: None)
+    copied = {name: plan_of(tmp_path / "copied", name).plan for name in CASES}
+    for name, (_, _, copies_left) in CASES.items():
+        plan, before = plans[name], copied[name]
+        assert len(dense_copies(plan)) == copies_left, name
+        assert len(plan.groups()) == len(before.groups()) - len(dense_copies(before)) + copies_left, name
+        assert len(plan.groups()) < len(before.groups()) and elements_moved(plan) < elements_moved(before), name
+
+
+def test_an_expanded_weight_makes_one_gemm_of_batch_times_m_rows(tmp_path):
+    (gemm,) = [g for g in plan_of(tmp_path, "expanded_weight").plan.groups() if isinstance(g, GemmGroup)]
+    assert (gemm.batch, gemm.m, gemm.n, gemm.k) == (1, 24, 7, 5) and gemm.a_layout is None
+    assert gemm.b_layout == MatrixLayout(False, 7, 0, (0, 7, 1))
+    assert gemm.elements_read() == 24 * 5 + 5 * 7  # the weight once, not once per batch
+
+
+def test_attention_heads_are_read_as_strided_batches(tmp_path):
+    gemms = [g for g in plan_of(tmp_path, "multihead").plan.groups() if isinstance(g, GemmGroup)]
+    scores, context = [g for g in gemms if g.batch == 4]  # 2 sequences x 2 heads
+    assert scores.b_layout.transposed and scores.b_layout.batch_stride == 4  # k^T: a column-major batch
+    assert not context.b_layout.transposed and context.b_layout.ld == 16  # v: rows 16 apart, heads 4 apart
+
+
+def test_attentions_scales_become_the_gemms_alpha(tmp_path):
+    plan = plan_of(tmp_path, "attention").plan
+    # tanh (k), x * x (v), q @ k^T, softmax, @ v, the epilogue: no kernel scales q or k
+    assert [g.kind for g in plan.groups()] == ["pointwise", "pointwise", "gemm", "reduction", "gemm", "pointwise"]
+    scores = plan.groups()[2]
+    assert scores.a_layout is None and scores.b_layout.transposed and scores.alpha == pytest.approx(8 ** -0.5)
+    assert plan.prelude[0].source == plan.inputs[0].name  # q is forward's input itself, viewed
+
+
+def test_a_scale_moves_into_alpha_only_where_nothing_else_reads_it(tmp_path):
+    (divided,) = plan_of(tmp_path, "divided_operand").plan.groups()  # the GEMM and its epilogue, nothing else
+    assert divided.alpha == 0.25 and divided.b_layout.transposed
+    shared = plan_of(tmp_path, "shared_scale").plan.groups()
+    assert [g.kind for g in shared][:2] == ["pointwise", "gemm"] and shared[1].alpha == 1.0
+
+
+def test_cuda_bindings_check_the_strides_cublas_reads(tmp_path):
+    built = plan_of(tmp_path, "addmm_transposed", "cuda")
+    (gemm,) = [g for g in built.plan.groups() if isinstance(g, GemmGroup)]
+    cublas, binding = built.files[f"{gemm.name}_gemm.cu"], built.files[f"{gemm.name}_binding.cpp"]
+    # column-major C^T = op(B)^T op(A)^T: both operands transposed, a's leading dimension its 5 rows
+    assert "cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_T, 9, 5, 6, &alpha, b, 6, a, 5, &beta, c, 9)" in cublas
+    assert f"{gemm.name}: input {gemm.a} must have strides [1, 5]" in binding
+    assert f"input {gemm.a} must be contiguous" not in binding
+
+
+def test_cuda_strided_batches_and_a_shared_weight_go_to_cublas_as_they_lie(tmp_path):
+    heads = plan_of(tmp_path, "multihead", "cuda")
+    text = "\n".join(t for f, t in heads.files.items() if f.endswith("_gemm.cu"))
+    # q (scaled through alpha) and k^T: heads 4 apart, rows 16 apart; k^T column-major
+    assert "cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, 5, 5, 4, &alpha, b, 16, 4LL, a, 16, 4LL" in text
+    assert "cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, 4, 5, 5, &alpha, b, 16, 4LL, a, 5" in text
+    shared = plan_of(tmp_path, "expanded_weight", "cuda")
+    text = "\n".join(t for f, t in shared.files.items() if f.endswith("_gemm.cu"))
+    assert "cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, 7, 24, 5, &alpha, b, 7, a, 5, &beta, c, 7)" in text
+
+
+def test_every_cpu_variant_matches_torch(tmp_path):
+    torch.manual_seed(0)
+    ext, plans = _build_cpu(tmp_path)
+    for name, (module_source, shape, _) in CASES.items():
+        module = eval(module_source, NAMESPACE)
+        x = torch.randn(*shape)
+        plan, variants = plans[name]
+        with torch.no_grad():
+            expected = torch.tanh(module(x)) * 2.0
+            for config in range(max(variants)):
+                got = run_plan(ext, plan, inputs_of(module, plan, x), config, variants)
+                torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5,
+                                           msg=lambda m: f"{name} variant {config}: {m}")
+
+
+def generated_apart(root: Path, device: str) -> tuple[dict[str, str], dict[str, tuple[Plan, list[int]]]]:
+    """Every case's plan for `device` with its kernels renamed apart (g<case>_<kernel>_<kind>), their files,
+    and each plan with its kernels' numbers of launch variants."""
+    generate = cuda.generate if device == "cuda" else cpu.generate
+    files, plans = {}, {}
+    for i, name in enumerate(CASES):
+        built = plan_of(root, name, device)
+        compile(built.model_new([0] * len(built.variants)), f"{name}/model_new.py", "exec")
+        for j, group in enumerate(built.plan.groups()):
+            group.name = f"g{i}_{j}_{group.kind}"
+            files.update(generate(group, built.plan.values, "fp32").files)
+        plans[name] = (built.plan, [len(v) for v in built.variants])
+    return files, plans
+
+
+def _build_cpu(root: Path):
+    """Every case's kernels in one CPU extension's one source file (the torch headers parsed once)."""
+    files, plans = generated_apart(root, "cpu")
+    (root / "kernels").mkdir()
+    (root / "kernels" / "gemms.cpp").write_text("\n".join(files.values()))
+    result = build.build(root / "kernels", "cpu", build_dir=root / "build")
+    assert result.ok, result.summary
+    return build.import_extension(result.so_path, result.name), plans
+
+
+def inputs_of(module, plan: Plan, x) -> dict:
+    """What the plan reads by value name: forward's input and the module's parameters."""
+    args = {plan.inputs[0].name: x}
+    args.update({"p_m_" + name.replace(".", "_"): param for name, param in module.named_parameters()})
+    return args
+
+
+def run_plan(ext, plan: Plan, args: dict, config: int, variants: list[int]):
+    """The plan's views and kernels in order, as model_new.py runs them, each kernel at `config` (or its last
+    variant, where it has fewer)."""
+    values, kernels = dict(args), iter(variants)
+    for step in plan.prelude + plan.steps:
+        if not isinstance(step, Group):
+            values[step.out.name] = step.view.apply(values[step.source])
+            continue
+        chosen = min(config, next(kernels) - 1)
+        got = getattr(ext, step.name)(*[values[v.name] for v in step.inputs], chosen)
+        values.update(zip([o.name for o in step.outputs], [got] if len(step.outputs) == 1 else got))
+    return values[plan.outputs[0]]
+
+
+def _cuda_gen_tests():
+    """tests/test_builtin_cuda_gen.py's nvcc helpers."""
+    path = Path(__file__).resolve().parent / "test_builtin_cuda_gen.py"
+    spec = importlib.util.spec_from_file_location("builtin_cuda_gen_helpers", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow_build
+def test_the_cuda_files_compile_with_nvcc(tmp_path):
+    helpers = _cuda_gen_tests()
+    nvcc = helpers._nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    files, _ = generated_apart(tmp_path / "tasks", "cuda")
+    cublas = sorted(f for f, text in files.items() if f.endswith(".cu") and "<cublas_v2.h>" in text)
+    for file, text in files.items():
+        (tmp_path / file).write_text(text)
+    plain = sorted(f for f in files if f.endswith(".cu") and f not in cublas)
+    helpers._compile(nvcc, plain, tmp_path)
+    include = helpers._library_include(nvcc, "cublas")
+    if include is None:
+        pytest.skip(f"no cublas_v2.h here: {', '.join(cublas)} compile in the GPU test")
+    helpers._compile(nvcc, cublas, tmp_path, ["-I", str(include)])
