@@ -4,7 +4,9 @@ Every case of tests/test_builtin_cuda_gen.py is generated into one kernels/ fold
 with the harness's build (as kernelsmith.ext does), and each launch variant is compared with
 torch computing the same thing in fp32. The cases at bf16, fp16 and tf32 (its PRECISION_CASES)
 take their inputs at their dtype and are held to that precision's tolerance
-(harness/compare.py) against fp32 torch on the same (rounded) inputs.
+(harness/compare.py) against fp32 torch on the same (rounded) inputs. So are the plans of
+tests/test_builtin_gemm_layouts.py's modules, whose GEMM operands (transposed, strided and expanded
+views) cuBLAS reads in place.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kernelsmith.harness.compare import tolerance_for  # noqa: E402
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int64": torch.int64}
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "test_builtin_cuda_gen.py"
+LAYOUTS_FILE = CASES_FILE.with_name("test_builtin_gemm_layouts.py")
 
 
 def _load_cases():
@@ -38,6 +41,18 @@ def _load_cases():
 
 
 cases = _load_cases()
+
+
+def _load_layout_cases():
+    """tests/test_builtin_gemm_layouts.py: modules whose GEMM operands are transposed, strided or expanded views."""
+    spec = importlib.util.spec_from_file_location("builtin_gemm_layout_cases", LAYOUTS_FILE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+layouts = _load_layout_cases()
 
 
 @pytest.fixture(scope="module")
@@ -236,3 +251,33 @@ def test_runs_on_the_current_stream(ext):
         got = _run(ext, case, inputs, 0)[0]
     stream.synchronize()
     torch.testing.assert_close(got, torch.softmax(inputs["x"], dim=1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def layout_ext(tmp_path_factory):
+    """The CUDA plans of test_builtin_gemm_layouts.py's modules, their kernels in one extension."""
+    root = tmp_path_factory.mktemp("gemm_layouts")
+    files, plans = layouts.generated_apart(root / "tasks", "cuda")
+    (root / "kernels").mkdir()
+    for file, text in files.items():
+        (root / "kernels" / file).write_text(text)
+    result = build.build(root / "kernels", "cuda", build_dir=root / "build")
+    assert result.ok, f"{result.summary}\n{result.log[-4000:]}"
+    return build.import_extension(result.so_path, result.name), plans
+
+
+@pytest.mark.parametrize("name", list(layouts.CASES))
+def test_gemm_operands_read_in_place_match_torch(layout_ext, name):
+    """cuBLAS reads the transposed, strided and expanded operands where they lie: every variant against torch."""
+    ext, plans = layout_ext
+    module_source, shape, _ = layouts.CASES[name]
+    torch.manual_seed(0)
+    module = eval(module_source, layouts.NAMESPACE).cuda()
+    x = torch.randn(*shape, device="cuda")
+    plan, variants = plans[name]
+    with torch.no_grad():
+        expected = torch.tanh(module(x)) * 2.0
+        for config in range(max(variants)):
+            got = layouts.run_plan(ext, plan, layouts.inputs_of(module, plan, x), config, variants)
+            torch.cuda.synchronize()
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name} {config}: {m}")
