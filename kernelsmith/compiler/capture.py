@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from kernelsmith.compiler import recurrent_ops
 from kernelsmith.compiler.decompositions import decompositions
 from kernelsmith.compiler.dtypes import AT_PRECISION, dtype_name
 from kernelsmith.compiler.graph import CaptureError, Graph, Node, consumers_of
@@ -72,7 +73,7 @@ def _at_precision(model, inputs: tuple, precision: str):
 
 def _export(model, traced: tuple):
     try:
-        with _LiteralsOnCpu():
+        with _LiteralsOnCpu(), recurrent_ops.StandIns():
             exported = torch.export.export(model, traced)
     except Exception as err:  # export raises many kinds; all mean "cannot capture"
         raise _export_error(err) from None
@@ -88,30 +89,34 @@ def _export_error(err: Exception) -> CaptureError:
                         f"{str(err).splitlines()[0] if str(err) else ''}")
 
 
-# Recurrent layers reach the export as one op; decomposed, every time step of every layer becomes its own
-# nodes (nn.LSTM over 512 steps and 6 layers: 64,590 nodes, 100 s of decomposition on 2 cores, then a GEMM
-# kernel per step). Refused at once, by name, until the compiler has a recurrent kernel of its own.
+# Recurrent layers reach the export as one op. nn.LSTM and nn.GRU (aten.lstm.input, aten.gru.input) stay
+# whole: the compiler has a recurrent group of its own (recurrent.py). The others, decomposed, would unroll
+# every time step of every layer into nodes of their own (nn.LSTM over 512 steps and 6 layers: 64,590
+# nodes, 100 s of decomposition on 2 cores, then a GEMM kernel per step); they are refused at once, by name.
 RECURRENT = {"lstm": "nn.LSTM", "gru": "nn.GRU", "rnn_tanh": "nn.RNN", "rnn_relu": "nn.RNN",
              "lstm_cell": "nn.LSTMCell", "gru_cell": "nn.GRUCell", "rnn_tanh_cell": "nn.RNNCell",
              "rnn_relu_cell": "nn.RNNCell"}
+KEPT_RECURRENT = ("lstm.input", "gru.input")  # the overloads the recurrent group takes (not .data: packed sequences)
 UNROLLED = "is not supported yet: its decomposition unrolls every time step and layer into kernels of their own"
 
 
 def _refuse_recurrent_modules(model: torch.nn.Module) -> None:
-    """Before the export, which alone takes 10-50 s to trace a recurrent layer's steps on 2 cores."""
+    """Before the export, which alone takes 10-50 s to trace a recurrent cell's steps on 2 cores."""
     for module in model.modules():
-        if isinstance(module, (torch.nn.RNNBase, torch.nn.RNNCellBase)):
-            kind = type(module).__name__
+        kept = isinstance(module, (torch.nn.LSTM, torch.nn.GRU)) and not getattr(module, "proj_size", 0)
+        if isinstance(module, (torch.nn.RNNBase, torch.nn.RNNCellBase)) and not kept:
+            kind = type(module).__name__ + (" with proj_size" if isinstance(module, torch.nn.LSTM) else "")
             raise CaptureError(f"nn.{kind} {UNROLLED}")
 
 
 def _refuse_recurrent(exported) -> None:
-    """The same for recurrent ops forward calls without a module (torch._VF.lstm)."""
+    """The same for recurrent ops forward calls without a module (torch._VF.rnn_tanh), and packed sequences."""
     for node in exported.graph.nodes:
         packet = getattr(node.target, "_overloadpacket", None)
-        name = getattr(packet, "__name__", "")
-        if node.op == "call_function" and name in RECURRENT:
-            raise CaptureError(f"{RECURRENT[name]} (aten.{name}) {UNROLLED}")
+        name = getattr(packet, "__name__", "") if getattr(node.target, "namespace", "") == "aten" else ""
+        overload = f"{name}.{getattr(node.target, '_overloadname', '')}"
+        if node.op == "call_function" and name in RECURRENT and overload not in KEPT_RECURRENT:
+            raise CaptureError(f"{RECURRENT[name]} (aten.{overload}) {UNROLLED}")
 
 
 class _LiteralsOnCpu(torch.overrides.TorchFunctionMode):
@@ -210,6 +215,7 @@ def _node_of(node) -> Node:
     if isinstance(val, (tuple, list)):  # multi-output ops (max.dim): described by their first result
         val = val[0]
     target = "getitem" if node.target.__name__ == "getitem" else str(node.target).removeprefix("aten.")
+    target = recurrent_ops.ATEN.get(target, target)  # (the recurrent layers' stand-ins, as the aten ops)
     return Node(c_name(node.name), target, [_arg(a) for a in node.args],
                 {k: _arg(v) for k, v in node.kwargs.items()}, tuple(int(s) for s in val.shape),
                 dtype_name(val.dtype), val.is_contiguous())

@@ -94,7 +94,8 @@ def describe(plan: Plan) -> str:
     parts = []
     for group in plan.groups():
         ops = [op.name for op in group.ops()]
-        head = {"reduction": getattr(group, "reduce", ""), "gemm": "gemm"}.get(group.kind, "")
+        head = {"reduction": getattr(group, "reduce", ""), "gemm": "gemm", "recurrent": getattr(group, "cell", "")}.get(
+            group.kind, "")
         fused = ", ".join(([head] if head else []) + ops)
         parts.append(f"{group.name} ({fused})")
     return f"{len(parts)} kernel(s): " + "; ".join(parts) + "."

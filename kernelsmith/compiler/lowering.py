@@ -31,6 +31,7 @@ REDUCTION_TARGETS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin
                      "logsumexp": "logsumexp", "linalg_vector_norm": "norm2", "cumsum": "cumsum",
                      "welford": "welford"}  # welford: var_mean's mean, folded (passes/multi_output.py)
 VARIANCES = {"welford_variance"}  # var_mean's variance: the welford reduction's second result
+RECURRENTS = {"lstm.input": "lstm", "gru.input": "gru"}  # nn.LSTM, nn.GRU whole (recurrent.py)
 
 
 def base(target: str) -> str:
@@ -45,6 +46,10 @@ def kind_of(node: Node) -> str:
         return "reduction"
     if name in VARIANCES:
         return "variance"
+    if node.target in RECURRENTS:
+        return "recurrent"
+    if node.target == "getitem":  # a result of a multi-result op no pass folded (a recurrent layer's)
+        return "getitem"
     if name in GEMMS:
         return "gemm"
     if name in CONVOLUTIONS:

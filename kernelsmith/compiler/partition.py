@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from kernelsmith.compiler import layout, lowering, passes, remat
+from kernelsmith.compiler import layout, lowering, passes, recurrent, remat
 from kernelsmith.compiler.cstyle.access import broadcastable
 from kernelsmith.compiler.dtypes import FLOATS
 from kernelsmith.compiler.graph import Graph, Node
@@ -294,6 +294,23 @@ class Partitioner:
                          out_shape=node.shape)
         self.plan.add_inputs(group, parts)
         self.push(group, node.name)
+
+    # --- recurrent layers (recurrent.py): one group, its results picked by getitems ----------
+
+    def add_recurrent(self, node: Node) -> None:
+        group = recurrent.recurrent_group(node, self.values)
+        self.require_float(node, recurrent.tensors(group))
+        group.x, group.h0, group.c0 = (self.dense(n) if n else n for n in (group.x, group.h0, group.c0))
+        group.name = self.new_name(group.cell)
+        self.plan.add_inputs(group, recurrent.tensors(group))
+        self.push(group, node.name)
+
+    def add_getitem(self, node: Node) -> None:
+        group = self.steps[self.owner[node.args[0]]] if node.args[0] in self.owner else None
+        if not isinstance(group, recurrent.RecurrentGroup):
+            raise Unsupported(f"{node.target} is not supported yet")
+        recurrent.picked(group, node)
+        self.own(node.name, self.owner[node.args[0]])
 
     # --- views -----------------------------------------------------------------------------
 

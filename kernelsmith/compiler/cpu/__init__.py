@@ -9,10 +9,12 @@ from kernelsmith.compiler.cpu.binding import binding
 from kernelsmith.compiler.cpu.common import SCHEDULES, header
 from kernelsmith.compiler.cpu.elementwise import pointwise
 from kernelsmith.compiler.cpu.gemm import gemm
+from kernelsmith.compiler.cpu.recurrent import recurrent
 from kernelsmith.compiler.cpu.reduce import reduction, scan
 from kernelsmith.compiler.cpu.spatial import cat, conv, pool
 from kernelsmith.compiler.ir import (SCANS, CatGroup, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
                                      PoolGroup, ReductionGroup, Value)
+from kernelsmith.compiler.recurrent import RecurrentGroup
 
 
 def generate(group: Group, values: dict[str, Value], precision: str = "fp32") -> Generated:
@@ -27,6 +29,8 @@ def _kernel(group: Group) -> tuple[str, list[str]]:
     """The kernel's C++ and the names of its launch variants (what `config` selects)."""
     if isinstance(group, PointwiseGroup):
         return pointwise(group)
+    if isinstance(group, RecurrentGroup):
+        return recurrent(group)
     return _looped(group), [name for name, _ in SCHEDULES]
 
 

@@ -45,8 +45,8 @@ def _space(group: Group):
         return lambda v: None if v.name in (group.x, group.w) else group.out_shape
     if isinstance(group, PoolGroup):
         return lambda v: None if v.name == group.x else group.out_shape
-    if isinstance(group, CatGroup):
-        return lambda v: None  # every part is read dense
+    if isinstance(group, CatGroup) or group.kind == "recurrent":
+        return lambda v: None  # every part (every input of a recurrent layer) is read dense
     return lambda v: group.in_shape if broadcasts(v, group.in_shape) else group.result_shape
 
 

@@ -1,0 +1,220 @@
+"""nn.LSTM and nn.GRU as one recurrent group (compiler/recurrent.py): captured whole in seconds (their
+stand-ins in compiler/recurrent_ops.py), planned as one kernel, and on the CPU target every launch variant
+matches torch (1 and several layers, batch_first or not, bidirectional, with and without biases, output,
+h_n and c_n). The CUDA files of the same plans compile with nvcc (the cuBLAS one where cublas_v2.h is);
+tests/gpu/test_builtin_cuda_gpu.py runs them against torch on a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernelsmith.compiler import cpu, cuda  # noqa: E402
+from kernelsmith.compiler.ir import Group, Plan  # noqa: E402
+from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
+from kernelsmith.compiler.recurrent import RecurrentGroup  # noqa: E402
+from kernelsmith.harness import build  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Case:
+    module: str  # "LSTM" or "GRU"
+    options: str  # nn.<module>(input, hidden, <options>)
+    returns: str  # of out, h_n, c_n
+    seq: int = 6
+    batch: int = 3
+    input: int = 5
+    hidden: int = 7
+    head: bool = False  # level3/35's: the last step of the output through a Linear
+
+    @property
+    def layers(self) -> int:
+        return int(self.options.split(",")[0]) if self.options and self.options[0].isdigit() else 1
+
+    @property
+    def state_shape(self) -> tuple[int, int, int]:
+        directions = 2 if "bidirectional=True" in self.options else 1
+        return self.layers * directions, self.batch, self.hidden
+
+    @property
+    def x_shape(self) -> tuple[int, int, int]:
+        first = "batch_first=True" in self.options
+        return (self.batch, self.seq, self.input) if first else (self.seq, self.batch, self.input)
+
+    @property
+    def states(self) -> int:
+        return 2 if self.module == "LSTM" else 1
+
+
+CASES = {
+    "lstm": Case("LSTM", "", "out"),
+    "lstm_stack_batch_first": Case("LSTM", "3, batch_first=True", "h_n"),
+    "lstm_bidirectional": Case("LSTM", "2, bidirectional=True", "out, h_n, c_n"),
+    "lstm_bidirectional_batch_first": Case("LSTM", "2, batch_first=True, bidirectional=True", "c_n", 5, 2, 4, 6),
+    "lstm_no_bias": Case("LSTM", "2, bias=False", "out, c_n", 4, 2),
+    "lstm_last_step_linear": Case("LSTM", "2, batch_first=True", "out, h_n", head=True),
+    "gru": Case("GRU", "", "out"),
+    "gru_stack_batch_first": Case("GRU", "3, batch_first=True", "out, h_n"),
+    "gru_bidirectional": Case("GRU", "2, bidirectional=True", "out, h_n"),
+    "gru_no_bias": Case("GRU", "2, bias=False, batch_first=True, bidirectional=True", "h_n", 4, 2),
+}
+
+
+def task_source(case: Case) -> str:
+    states = ", ".join(["h0", "c0"][:case.states])
+    state = "(h0, c0)" if case.module == "LSTM" else "h0"
+    results = "out, (h_n, c_n)" if case.module == "LSTM" else "out, h_n"
+    head = f"; self.fc = nn.Linear({case.hidden}, 3)" if case.head else ""
+    out = "self.fc(out[:, -1, :])" if case.head else "out"
+    options = f", {case.options}" if case.options else ""
+    return textwrap.dedent(f"""\
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = nn.{case.module}({case.input}, {case.hidden}{options}){head}
+
+            def forward(self, x, {states}):
+                {results} = self.m(x, {state})
+                out = {out}
+                return {case.returns}
+
+
+        def get_inputs():
+            return [torch.randn{case.x_shape}] + [torch.randn{case.state_shape} for _ in range({case.states})]
+
+
+        def get_init_inputs():
+            return []
+        """)
+
+
+def task_file(root: Path, name: str) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.py").write_text(task_source(CASES[name]))
+    return folder / "model.py"
+
+
+def load_task(path: Path):
+    spec = importlib.util.spec_from_file_location(f"rnn_task_{path.parent.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def generated_apart(root: Path, device: str) -> tuple[dict[str, str], dict[str, tuple[Plan, list[int]]]]:
+    """Every case's plan for `device` with its kernels renamed apart, their files, and each plan with its
+    kernels' numbers of launch variants."""
+    generate = cuda.generate if device == "cuda" else cpu.generate
+    files, plans = {}, {}
+    for i, name in enumerate(CASES):
+        built = build_plan(task_file(root, name), device, "fp32")
+        assert not built.unsupported, built.unsupported
+        compile(built.model_new([0] * len(built.variants)), f"{name}/model_new.py", "exec")
+        for j, group in enumerate(built.plan.groups()):
+            group.name = f"r{i}_{j}_{group.kind}"
+            files.update(generate(group, built.plan.values, "fp32").files)
+        plans[name] = (built.plan, [len(v) for v in built.variants])
+    return files, plans
+
+
+def run_plan(ext, plan: Plan, args: dict, config: int, variants: list[int]) -> list:
+    """The plan's views and kernels in order, as model_new.py runs them; forward's outputs."""
+    values, kernels = dict(args), iter(variants)
+    for step in plan.prelude + plan.steps:
+        if not isinstance(step, Group):
+            values[step.out.name] = step.view.apply(values[step.source])
+            continue
+        chosen = min(config, next(kernels) - 1)
+        got = getattr(ext, step.name)(*[values[v.name] for v in step.inputs], chosen)
+        values.update(zip([o.name for o in step.outputs], [got] if len(step.outputs) == 1 else got))
+    return [values[name] for name in plan.outputs]
+
+
+def inputs_of(model, plan: Plan, forward_args: list) -> dict:
+    """What the plan reads by value name: forward's arguments and the model's parameters (by source)."""
+    args = {value.name: arg for value, arg in zip(plan.inputs, forward_args)}
+    args.update({p.name: eval(p.source, {"self": model}) for p in plan.params})  # noqa: S307 (self.m.weight_ih_l0)
+    return args
+
+
+def expected_and_got(root: Path, name: str, ext, plan: Plan, variants: list[int], config: int):
+    task = load_task(root / name / "model.py")
+    model = task.Model()
+    forward_args = task.get_inputs()
+    with torch.no_grad():
+        expected = model(*forward_args)
+        expected = list(expected) if isinstance(expected, tuple) else [expected]
+        return expected, run_plan(ext, plan, inputs_of(model, plan, forward_args), config, variants)
+
+
+def test_each_recurrent_layer_is_one_group_with_its_results_as_outputs(tmp_path):
+    built = build_plan(task_file(tmp_path, "lstm_bidirectional"), "cpu", "fp32")
+    (group,) = built.plan.groups()
+    assert isinstance(group, RecurrentGroup) and group.cell == "lstm" and group.directions == 2
+    assert [o.name for o in group.outputs] == [r for r in group.results]  # out, h_n and c_n, in that order
+    assert len(group.weights) == 4 and all(len(w) == 4 for w in group.weights)
+    assert "k0_lstm (lstm)" in built.summary
+    built = build_plan(task_file(tmp_path, "lstm_stack_batch_first"), "cpu", "fp32")
+    assert [o.name for o in built.plan.groups()[0].outputs] == [built.plan.groups()[0].result("h_n")]
+
+
+def test_the_head_after_the_layer_is_a_view_and_a_gemm(tmp_path):
+    built = build_plan(task_file(tmp_path, "lstm_last_step_linear"), "cpu", "fp32")
+    assert [g.kind for g in built.plan.groups()] == ["recurrent", "gemm"]
+
+
+def test_kernelbenchs_recurrent_tasks_capture_in_seconds():
+    """level3/35-42 took minutes to decompose (and were refused by name); whole, a few seconds each."""
+    root = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level3"
+    tasks = sorted(p for p in root.glob("*.py") if "LSTM" in p.name or "LTSM" in p.name or "GRU" in p.name)
+    if not tasks:
+        pytest.skip("no KernelBench recurrent task here")
+    for task in tasks:
+        start = time.perf_counter()
+        built = build_plan(task, "cpu", "fp32")
+        assert not built.unsupported, (task.name, built.unsupported)
+        assert time.perf_counter() - start < 20, task.name  # (about 2 s on 2 busy cores)
+        assert any(isinstance(g, RecurrentGroup) for g in built.plan.groups())
+
+
+@pytest.mark.slow_build
+def test_every_cpu_variant_matches_torch(tmp_path):
+    torch.manual_seed(0)
+    files, plans = generated_apart(tmp_path, "cpu")
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "recurrent.cpp").write_text("\n".join(files.values()))
+    result = build.build(tmp_path / "kernels", "cpu", build_dir=tmp_path / "build")
+    assert result.ok, result.summary
+    ext = build.import_extension(result.so_path, result.name)
+    for name in CASES:
+        plan, variants = plans[name]
+        for config in range(max(variants)):
+            torch.manual_seed(1)
+            expected, got = expected_and_got(tmp_path, name, ext, plan, variants, config)
+            assert len(got) == len(expected), name
+            for k, (want, have) in enumerate(zip(expected, got)):
+                torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-5,
+                                           msg=lambda m: f"{name} variant {config} result {k}: {m}")
+
+
+def _cuda_gen_tests():
+    """tests/test_builtin_cuda_gen.py's nvcc helpers."""
+    path = Path(__file__).resolve().parent / "test_builtin_cuda_gen.py"
+    spec = importlib.util.spec_from_file_location("builtin_cuda_gen_helpers", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
