@@ -7,7 +7,10 @@ tests/gpu/test_builtin_cuda_gpu.py runs them against torch on a GPU."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import subprocess
 import sys
+import sysconfig
 import textwrap
 import time
 from dataclasses import dataclass
@@ -150,10 +153,12 @@ def inputs_of(model, plan: Plan, forward_args: list) -> dict:
     return args
 
 
-def expected_and_got(root: Path, name: str, ext, plan: Plan, variants: list[int], config: int):
+def expected_and_got(root: Path, name: str, ext, plan: Plan, variants: list[int], config: int,
+                     device: str = "cpu") -> tuple[list, list]:
+    """forward's outputs from torch and from the plan's kernels at `config`, on one model and its inputs."""
     task = load_task(root / name / "model.py")
-    model = task.Model()
-    forward_args = task.get_inputs()
+    model = task.Model(*task.get_init_inputs()).to(device)
+    forward_args = [x.to(device) for x in task.get_inputs()]
     with torch.no_grad():
         expected = model(*forward_args)
         expected = list(expected) if isinstance(expected, tuple) else [expected]
@@ -168,7 +173,7 @@ def test_each_recurrent_layer_is_one_group_with_its_results_as_outputs(tmp_path)
     assert len(group.weights) == 4 and all(len(w) == 4 for w in group.weights)
     assert "k0_lstm (lstm)" in built.summary
     built = build_plan(task_file(tmp_path, "lstm_stack_batch_first"), "cpu", "fp32")
-    assert [o.name for o in built.plan.groups()[0].outputs] == [built.plan.groups()[0].result("h_n")]
+    assert [o.name for o in built.plan.groups()[0].outputs] == [built.plan.groups()[0].named("h_n")]
 
 
 def test_the_head_after_the_layer_is_a_view_and_a_gemm(tmp_path):
@@ -176,10 +181,19 @@ def test_the_head_after_the_layer_is_a_view_and_a_gemm(tmp_path):
     assert [g.kind for g in built.plan.groups()] == ["recurrent", "gemm"]
 
 
+def kernelbench_recurrent_tasks() -> list[Path]:
+    """KernelBench's level3 LSTM and GRU tasks (35-42) in the shared/ beside the checkout or inside it."""
+    here = Path(__file__).resolve().parents[1]
+    for root in (here / "shared", here.parent / "shared"):
+        tasks = sorted((root / "kernelbench" / "level3").glob("*.py"))
+        if tasks:
+            return [p for p in tasks if any(k in p.name for k in ("LSTM", "LTSM", "GRU"))]
+    return []
+
+
 def test_kernelbenchs_recurrent_tasks_capture_in_seconds():
     """level3/35-42 took minutes to decompose (and were refused by name); whole, a few seconds each."""
-    root = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level3"
-    tasks = sorted(p for p in root.glob("*.py") if "LSTM" in p.name or "LTSM" in p.name or "GRU" in p.name)
+    tasks = kernelbench_recurrent_tasks()
     if not tasks:
         pytest.skip("no KernelBench recurrent task here")
     for task in tasks:
@@ -218,3 +232,61 @@ def _cuda_gen_tests():
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def test_cuda_runs_the_stack_through_cublas_in_true_fp32_with_scratch_from_torch(tmp_path):
+    built = build_plan(task_file(tmp_path, "gru_bidirectional"), "cuda", "fp32")
+    (group,) = built.plan.groups()
+    files = cuda.generate(group, built.plan.values).files
+    gemm = files[f"{group.name}_gemm.cu"]
+    assert "cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k" in gemm and "CUBLAS_DEFAULT_MATH" in gemm
+    assert "cublas" not in files[f"{group.name}.cu"].replace(f"{group.name}_gemm", "")
+    # scratch: two sequences and the projection of 6 * 3 rows, the recurrent product, two [3, 7] states
+    rows, hidden, gates = 6 * 3, 7, 3
+    floats = 2 * rows * 2 * hidden + rows * gates * hidden + 3 * gates * hidden + 2 * 3 * hidden
+    assert f"auto scratch = at::empty({{{floats}LL}}" in files[f"{group.name}_binding.cpp"]
+    assert "KsRnn s{6LL, 3LL, 5LL, 7LL, 2LL, 2LL, 3LL, false, false, true, kThreads[config]}" in files[f"{group.name}.cu"]
+
+
+@pytest.mark.slow_build
+def test_the_cuda_files_compile_with_nvcc(tmp_path):
+    helpers = _cuda_gen_tests()
+    nvcc = helpers._nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    files, _ = generated_apart(tmp_path / "tasks", "cuda")
+    for file, text in files.items():
+        (tmp_path / file).write_text(text)
+    kernels = sorted(f for f in files if f.endswith(".cu") and not f.endswith("_gemm.cu"))
+    helpers._compile(nvcc, kernels, tmp_path)
+    include = helpers._library_include(nvcc, "cublas")
+    if include is not None:  # (else they compile in the GPU test)
+        helpers._compile(nvcc, sorted(f for f in files if f.endswith("_gemm.cu")), tmp_path, ["-I", str(include)])
+
+
+@pytest.mark.slow_build
+def test_the_cuda_bindings_compile(tmp_path):
+    """g++ -fsyntax-only over the bindings, as tests/test_builtin_cuda_gen.py checks its own (the scratch line)."""
+    helpers = _cuda_gen_tests()
+    compiler, nvcc = shutil.which("g++") or shutil.which("c++"), helpers._nvcc()
+    cuda_include = helpers._cuda_include(nvcc) if nvcc else None
+    python_include = Path(sysconfig.get_paths()["include"])
+    if not (compiler and cuda_include and (python_include / "Python.h").is_file()):
+        pytest.skip("needs g++, the CUDA toolkit's headers and Python.h")
+    files, _ = generated_apart(tmp_path / "tasks", "cuda")
+    bindings = sorted(f for f in files if f.endswith("_binding.cpp"))
+    for file in bindings:
+        (tmp_path / file).write_text(files[file])
+    for rel, text in helpers.STUB_HEADERS.items():
+        (tmp_path / "stubs" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "stubs" / rel).write_text(text)
+    unit = ['#include "binding_light.h"', "#include <c10/cuda/CUDAGuard.h>", "#include <c10/cuda/CUDAStream.h>"]
+    unit += [f'namespace ks_{name.removesuffix(".cpp")} {{\n#include "{name}"\n}}' for name in bindings]
+    (tmp_path / "all_bindings.cpp").write_text("\n".join(unit) + "\n")
+    torch_include = Path(torch.__file__).parent / "include"
+    includes = [tmp_path / "stubs", python_include, torch_include, torch_include / "torch" / "csrc" / "api" / "include",
+                cuda_include, Path(cuda.__file__).parents[2] / "templates"]
+    proc = subprocess.run([compiler, "-std=c++20", "-fsyntax-only", "-DTORCH_EXTENSION_NAME=ks_bindings",
+                           *[f"-I{folder}" for folder in includes], "all_bindings.cpp"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]

@@ -19,6 +19,7 @@ from kernelsmith.compiler.lowering import RECURRENTS, Unsupported
 
 GATES = {"lstm": 4, "gru": 3}
 RESULTS = {"lstm": ("output", "h_n", "c_n"), "gru": ("output", "h_n")}
+ROLES = RESULTS["lstm"]
 
 
 @dataclass
@@ -48,9 +49,14 @@ class RecurrentGroup(Group):
     def gates(self) -> int:
         return GATES[self.cell]
 
-    def result(self, role: str) -> str:
-        """The value name of "output", "h_n" or "c_n" ("" when nothing reads it)."""
-        return self.results[RESULTS[self.cell].index(role)]
+    def named(self, role: str) -> str:
+        """The value name of "output", "h_n" or "c_n" ("" when nothing reads it; a GRU has no c_n)."""
+        return self.results[RESULTS[self.cell].index(role)] if role in RESULTS[self.cell] else ""
+
+    def stored(self, role: str) -> str:
+        """The output the kernel writes for `role`, or "" (a result nothing outside the group reads)."""
+        name = self.named(role)
+        return name if name and any(o.name == name for o in self.outputs) else ""
 
     def layer_input(self, layer: int) -> int:
         """The features a layer reads: the input's, then the previous layer's directions side by side."""

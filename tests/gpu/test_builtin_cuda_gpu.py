@@ -281,3 +281,71 @@ def test_gemm_operands_read_in_place_match_torch(layout_ext, name):
             got = layouts.run_plan(ext, plan, layouts.inputs_of(module, plan, x), config, variants)
             torch.cuda.synchronize()
             torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name} {config}: {m}")
+
+
+# --- recurrent layers (compiler/recurrent.py): tests/test_builtin_recurrent.py's LSTM and GRU cases -------------
+
+RECURRENT_FILE = CASES_FILE.with_name("test_builtin_recurrent.py")
+
+
+def _load_recurrent_cases():
+    spec = importlib.util.spec_from_file_location("builtin_recurrent_cases", RECURRENT_FILE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+recurrent = _load_recurrent_cases()
+
+
+def _extension_of(root: Path, files: dict[str, str]):
+    (root / "kernels").mkdir()
+    for file, text in files.items():
+        (root / "kernels" / file).write_text(text)
+    result = build.build(root / "kernels", "cuda", build_dir=root / "build")
+    assert result.ok, f"{result.summary}\n{result.log[-4000:]}"
+    return build.import_extension(result.so_path, result.name)
+
+
+@pytest.fixture(scope="module")
+def recurrent_ext(tmp_path_factory):
+    """The CUDA plans of the recurrent cases (cuBLAS SGEMMs and the cell kernels), in one extension."""
+    root = tmp_path_factory.mktemp("recurrent")
+    files, plans = recurrent.generated_apart(root / "tasks", "cuda")
+    return _extension_of(root, files), plans, root / "tasks"
+
+
+@pytest.mark.parametrize("name", list(recurrent.CASES))
+def test_lstm_and_gru_match_torch(recurrent_ext, name):
+    """Layers, directions, batch_first, no bias; output, h_n and c_n: every variant against cuDNN in fp32."""
+    ext, plans, root = recurrent_ext
+    plan, variants = plans[name]
+    for config in range(max(variants)):
+        torch.manual_seed(1)
+        expected, got = recurrent.expected_and_got(root, name, ext, plan, variants, config, "cuda")
+        torch.cuda.synchronize()
+        assert len(got) == len(expected)
+        for want, have in zip(expected, got):
+            torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name} {config}: {m}")
+
+
+@pytest.mark.parametrize("task", recurrent.kernelbench_recurrent_tasks(), ids=lambda p: p.stem)
+def test_kernelbenchs_recurrent_tasks_match_torch(tmp_path, task):
+    """level3/35-42 at their own sizes (6 layers, 512 steps): the plan's kernels against the task's Model."""
+    from kernelsmith.compiler.pipeline import build_plan
+
+    built = build_plan(task, "cuda", "fp32")
+    assert not built.unsupported, built.unsupported
+    files = {}
+    for group in built.plan.groups():
+        files.update(cuda.generate(group, built.plan.values, "fp32").files)
+    ext = _extension_of(tmp_path, files)
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "model.py").write_text(task.read_text())
+    torch.manual_seed(0)
+    expected, got = recurrent.expected_and_got(tmp_path, "task", ext, built.plan, [len(v) for v in built.variants],
+                                               0, "cuda")
+    for want, have in zip(expected, got):
+        torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-4)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kernelsmith.compiler import text
 from kernelsmith.compiler.cpu.common import dispatched
-from kernelsmith.compiler.recurrent import RecurrentGroup
+from kernelsmith.compiler.recurrent import ROLES, RecurrentGroup
 
 VARIANTS = [("GEMMs and cells across threads (omp)", "true"), ("one thread", "false")]
 
@@ -42,8 +42,6 @@ def _sizes(group: RecurrentGroup, threaded: str) -> str:
 
 
 def _results(group: RecurrentGroup) -> list[str]:
-    """Where output, h_n and c_n go: the group's outputs, nullptr for one nothing reads (a GRU has no c_n)."""
+    """Where output, h_n and c_n go: the group's outputs, nullptr for one it does not write."""
     out = {o.name: f"out{j}" for j, o in enumerate(group.outputs)}
-    roles = ("output", "h_n", "c_n")
-    return [out.get(group.result(role), "nullptr") if role != "c_n" or group.cell == "lstm" else "nullptr"
-            for role in roles]
+    return [out[group.stored(role)] if group.stored(role) else "nullptr" for role in ROLES]

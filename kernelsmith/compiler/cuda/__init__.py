@@ -18,12 +18,14 @@ from kernelsmith.compiler.cuda.common import ARG_REDUCTIONS, used
 from kernelsmith.compiler.cuda.conv import conv
 from kernelsmith.compiler.cuda.elementwise import pointwise
 from kernelsmith.compiler.cuda.gemm import gemm
+from kernelsmith.compiler.cuda.recurrent import recurrent
 from kernelsmith.compiler.cuda.reduce import reduction
 from kernelsmith.compiler.cuda.scan import scan
 from kernelsmith.compiler.cuda.spatial import cat, pool
 from kernelsmith.compiler.dtypes import FLOATS
 from kernelsmith.compiler.ir import (SCANS, CatGroup, ConvGroup, GemmGroup, Generated, Group, PointwiseGroup,
                                      PoolGroup, ReductionGroup, Value)
+from kernelsmith.compiler.recurrent import RecurrentGroup
 
 
 def generate(group: Group, values: dict[str, Value], precision: str = "fp32") -> Generated:
@@ -31,6 +33,8 @@ def generate(group: Group, values: dict[str, Value], precision: str = "fp32") ->
     math of cuBLAS and cuDNN; every other kernel loads each value at its dtype and computes in float."""
     if not group.inputs:
         raise ValueError(f"{group.name}: a group without inputs is unsupported")
+    if isinstance(group, RecurrentGroup):
+        return recurrent(group)  # (float32 only: it checks its own dtypes)
     _check_dtypes(group, values)
     if isinstance(group, PointwiseGroup):
         return pointwise(group)

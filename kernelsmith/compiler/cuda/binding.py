@@ -11,17 +11,19 @@ from kernelsmith.compiler.ir import Generated, Group, Value
 
 
 def generated(group: Group, files: dict[str, str], params: list[Param], dense: set[str],
-              variants: list[str], workspace: bool = False, strides: dict[str, tuple[int, ...]] | None = None
-              ) -> Generated:
+              variants: list[str], workspace: bool = False, strides: dict[str, tuple[int, ...]] | None = None,
+              scratch: int = 0) -> Generated:
     """A kernel family's files, plus the binding; `dense`: the inputs it reads dense (checked contiguous);
-    `strides`: those it reads in place through strides baked into its code (checked equal)."""
+    `strides`: those it reads in place through strides baked into its code (checked equal); `scratch`: the
+    floats of working memory it takes as `scratch` (a recurrent layer's sequences)."""
     files = dict(files)
-    files[f"{group.name}_binding.cpp"] = _binding(group, params, dense, len(variants), workspace, strides or {})
+    files[f"{group.name}_binding.cpp"] = _binding(group, params, dense, len(variants), workspace, strides or {},
+                                                  scratch)
     return Generated(files, group.name, variants)
 
 
 def _binding(group: Group, params: list[Param], dense: set[str], variants: int, workspace: bool = False,
-             strides: dict[str, tuple[int, ...]] | None = None) -> str:
+             strides: dict[str, tuple[int, ...]] | None = None, scratch: int = 0) -> str:
     tensors = [v for v in group.inputs if not v.scalar]
     if not tensors:
         raise ValueError(f"{group.name}: a kernel with no tensor input is unsupported")
@@ -32,6 +34,7 @@ def _binding(group: Group, params: list[Param], dense: set[str], variants: int, 
               "config);",
               f"  const c10::cuda::CUDAGuard device_guard({first}.device());"]
     lines += _workspace_lines(name, first) if workspace else []
+    lines += [f"  auto scratch = at::empty({{{scratch}LL}}, {first}.options().dtype(at::kFloat));"] if scratch else []
     lines += [_allocation(out, first) for out in group.outputs]
     lines += [f"  const int status = {name}_launch({', '.join(p.arg for p in params)}, (int)config, "
               "c10::cuda::getCurrentCUDAStream());",
