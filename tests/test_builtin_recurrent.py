@@ -37,6 +37,7 @@ class Case:
     input: int = 5
     hidden: int = 7
     head: bool = False  # level3/35's: the last step of the output through a Linear
+    zero_state: bool = False  # called without h0 (and c0): the layer starts from zeros
 
     @property
     def layers(self) -> int:
@@ -54,7 +55,7 @@ class Case:
 
     @property
     def states(self) -> int:
-        return 2 if self.module == "LSTM" else 1
+        return 0 if self.zero_state else 2 if self.module == "LSTM" else 1
 
 
 CASES = {
@@ -68,12 +69,14 @@ CASES = {
     "gru_stack_batch_first": Case("GRU", "3, batch_first=True", "out, h_n"),
     "gru_bidirectional": Case("GRU", "2, bidirectional=True", "out, h_n"),
     "gru_no_bias": Case("GRU", "2, bias=False, batch_first=True, bidirectional=True", "h_n", 4, 2),
+    "lstm_zero_state": Case("LSTM", "2, bidirectional=True", "out, h_n, c_n", zero_state=True),
+    "gru_zero_state": Case("GRU", "2, batch_first=True", "out", zero_state=True),
 }
 
 
 def task_source(case: Case) -> str:
-    states = ", ".join(["h0", "c0"][:case.states])
-    state = "(h0, c0)" if case.module == "LSTM" else "h0"
+    states = "".join(f", {name}" for name in ["h0", "c0"][:case.states])
+    state = "" if case.zero_state else ", (h0, c0)" if case.module == "LSTM" else ", h0"
     results = "out, (h_n, c_n)" if case.module == "LSTM" else "out, h_n"
     head = f"; self.fc = nn.Linear({case.hidden}, 3)" if case.head else ""
     out = "self.fc(out[:, -1, :])" if case.head else "out"
@@ -88,8 +91,8 @@ def task_source(case: Case) -> str:
                 super().__init__()
                 self.m = nn.{case.module}({case.input}, {case.hidden}{options}){head}
 
-            def forward(self, x, {states}):
-                {results} = self.m(x, {state})
+            def forward(self, x{states}):
+                {results} = self.m(x{state})
                 out = {out}
                 return {case.returns}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from kernelsmith.compiler import recurrent_ops
+from kernelsmith.compiler import recurrent, recurrent_ops
 from kernelsmith.compiler.decompositions import decompositions
 from kernelsmith.compiler.dtypes import AT_PRECISION, dtype_name
 from kernelsmith.compiler.graph import CaptureError, Graph, Node, consumers_of
@@ -188,7 +188,7 @@ def _graph_of(program, n_inputs: int, numbers: dict[str, float | int]) -> Graph:
         raise CaptureError(f"the graph has {len(inputs)} tensor inputs, get_inputs() gives {n_inputs} "
                            "(non-tensor inputs are not supported yet)")
     outputs = _user_outputs(program)
-    nodes = literals.inline(nodes, numbers)
+    nodes = recurrent.zero_states(literals.inline(nodes, numbers))
     if set(outputs) & set(numbers):
         raise CaptureError("forward returns a constant tensor it made; not supported")
     graph = Graph(inputs, params, dead_code.live(nodes, outputs), outputs, returns_tuple=_returns_tuple(program))

@@ -67,16 +67,18 @@ def recurrent_group(node: Node, values: dict[str, Value]) -> RecurrentGroup:
     """The group of an aten.lstm.input / aten.gru.input node; the partitioner names it and adds its inputs."""
     cell = RECURRENTS[node.target]
     x, hx, params, has_biases, layers, dropout, train, bidirectional, batch_first = node.args[:9]
-    h0, c0 = (hx + [""])[:2] if cell == "lstm" else (hx, "")
+    h0, c0 = (list(hx) + [None])[:2] if cell == "lstm" else (hx, None)
     if dropout and train and layers > 1:
         raise Unsupported(f"{node.target} with dropout {dropout} between layers in training mode")
     shape = values[x].shape
     if len(shape) != 3:
         raise Unsupported(f"{node.target} of a {len(shape)}-d input")
     seq, batch = (shape[1], shape[0]) if batch_first else (shape[0], shape[1])
-    group = RecurrentGroup("", [], [], cell=cell, x=x, h0=h0, c0=c0, layers=int(layers),
+    group = RecurrentGroup("", [], [], cell=cell, x=x, layers=int(layers),
                            directions=2 if bidirectional else 1, batch_first=bool(batch_first), seq=seq, batch=batch,
-                           input_size=shape[2], hidden=values[h0].shape[-1], results=[""] * len(RESULTS[cell]))
+                           input_size=shape[2], hidden=values[params[1]].shape[0] // GATES[cell],
+                           results=[""] * len(RESULTS[cell]))
+    group.h0, group.c0 = h0 or "", c0 or ""  # "": zeros (zero_states)
     group.weights = _weights_by_layer(group, list(params), bool(has_biases), values)
     return group
 
@@ -98,6 +100,18 @@ def _check_weights(group: RecurrentGroup, layer: int, shapes: list[tuple[int, ..
     wanted = [(rows, group.layer_input(layer)), (rows, group.hidden)] + [(rows,)] * (len(shapes) - 2)
     if [tuple(s) for s in shapes] != wanted:
         raise Unsupported(f"{group.cell} layer {layer} with weights of shapes {shapes} (wanted {wanted})")
+
+
+def zero_states(nodes: list[Node]) -> list[Node]:
+    """An initial state forward makes as zeros (nn.LSTM and nn.GRU called without hx) becomes None in the
+    layer's node: the kernels start from zeros of their own, and the zeros, read by nothing else, are dead code."""
+    zeros = {n.name for n in nodes if n.target == "full.default" and n.args[1] == 0}
+    for node in nodes:
+        if node.target in RECURRENTS:
+            hx = node.args[1]
+            node.args[1] = [None if h in zeros else h for h in hx] if isinstance(hx, list) else \
+                (None if hx in zeros else hx)
+    return nodes
 
 
 def picked(group: RecurrentGroup, getitem: Node) -> None:
