@@ -8,7 +8,7 @@ from kernelsmith.compiler import text
 from kernelsmith.compiler.cpu.common import dispatched
 from kernelsmith.compiler.recurrent import ROLES, RecurrentGroup
 
-VARIANTS = [("GEMMs and cells across threads (omp)", "true"), ("one thread", "false")]
+VARIANTS = [("large GEMMs and cells across threads (omp), small ones on one", "true"), ("one thread", "false")]
 
 
 def recurrent(group: RecurrentGroup) -> tuple[str, list[str]]:

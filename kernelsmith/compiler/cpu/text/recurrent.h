@@ -16,10 +16,14 @@ struct KsRnn {
   int64_t weights_per_layer() const { return has_biases ? 4 : 2; }
 };
 
+// Work below which a loop stays on one thread: a step's recurrent GEMM (level3/36: 10 x 1024 x 256) and cell
+// are too small to pay for waking a team 3072 times; the input projection of all steps is not.
+constexpr int64_t kKsRnnThreadedWork = 1LL << 22;
+
 // c[r, j] = a[r, :] . w[j, :] for r < m, j < n: a's rows lda apart, w [n, k] row-major, c [m, n] dense (x @ W^T).
 static void ks_rnn_gemm(const KsRnn& s, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                         const float* w, float* c) {
-#pragma omp parallel for collapse(2) schedule(static) if (s.threaded)
+#pragma omp parallel for collapse(2) schedule(static) if (s.threaded && m * n * k >= kKsRnnThreadedWork)
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t j = 0; j < n; ++j) {
       const float* ar = a + r * lda;
@@ -53,7 +57,7 @@ static inline float ks_rnn_gate(const KsRnnStep& p, const float* x, const float*
 // torch's LSTM cell, gates i, f, g, o: c = f * c + i * g, h = o * tanh(c).
 static void ks_lstm_cell(const KsRnn& s, const KsRnnStep& p) {
   const int64_t H = s.hidden;
-#pragma omp parallel for schedule(static) if (s.threaded)
+#pragma omp parallel for schedule(static) if (s.threaded && s.state() * 64 >= kKsRnnThreadedWork)
   for (int64_t b = 0; b < s.batch; ++b) {
     const float* x = p.xg + b * p.xg_ld;
     const float* hg = p.hg + b * 4 * H;
@@ -72,7 +76,7 @@ static void ks_lstm_cell(const KsRnn& s, const KsRnnStep& p) {
 // torch's GRU cell, gates r, z, n: n = tanh(x_n + b_in + r * (h_n + b_hn)), h = (1 - z) * n + z * h_prev.
 static void ks_gru_cell(const KsRnn& s, const KsRnnStep& p) {
   const int64_t H = s.hidden;
-#pragma omp parallel for schedule(static) if (s.threaded)
+#pragma omp parallel for schedule(static) if (s.threaded && s.state() * 64 >= kKsRnnThreadedWork)
   for (int64_t b = 0; b < s.batch; ++b) {
     const float* x = p.xg + b * p.xg_ld;
     const float* hg = p.hg + b * 3 * H;
