@@ -67,20 +67,32 @@ def recurrent_group(node: Node, values: dict[str, Value]) -> RecurrentGroup:
     """The group of an aten.lstm.input / aten.gru.input node; the partitioner names it and adds its inputs."""
     cell = RECURRENTS[node.target]
     x, hx, params, has_biases, layers, dropout, train, bidirectional, batch_first = node.args[:9]
-    h0, c0 = (list(hx) + [None])[:2] if cell == "lstm" else (hx, None)
-    if dropout and train and layers > 1:
-        raise Unsupported(f"{node.target} with dropout {dropout} between layers in training mode")
-    shape = values[x].shape
-    if len(shape) != 3:
-        raise Unsupported(f"{node.target} of a {len(shape)}-d input")
-    seq, batch = (shape[1], shape[0]) if batch_first else (shape[0], shape[1])
-    group = RecurrentGroup("", [], [], cell=cell, x=x, layers=int(layers),
-                           directions=2 if bidirectional else 1, batch_first=bool(batch_first), seq=seq, batch=batch,
-                           input_size=shape[2], hidden=values[params[1]].shape[0] // GATES[cell],
-                           results=[""] * len(RESULTS[cell]))
-    group.h0, group.c0 = h0 or "", c0 or ""  # "": zeros (zero_states)
+    _check_node(node, values[x].shape, bool(dropout and train and layers > 1))
+    group = RecurrentGroup("", [], [], cell=cell, x=x, layers=int(layers), directions=2 if bidirectional else 1,
+                           batch_first=bool(batch_first), results=[""] * len(RESULTS[cell]))
+    group.seq, group.batch, group.input_size = _sizes(values[x].shape, group.batch_first)
+    group.hidden = values[params[1]].shape[0] // group.gates  # (W_hh is [gates * hidden, hidden])
+    group.h0, group.c0 = _initial_states(cell, hx)
     group.weights = _weights_by_layer(group, list(params), bool(has_biases), values)
     return group
+
+
+def _check_node(node: Node, x_shape: tuple[int, ...], dropout_between_layers: bool) -> None:
+    if dropout_between_layers:
+        raise Unsupported(f"{node.target} with dropout between layers in training mode")
+    if len(x_shape) != 3:
+        raise Unsupported(f"{node.target} of a {len(x_shape)}-d input")
+
+
+def _sizes(x_shape: tuple[int, ...], batch_first: bool) -> tuple[int, int, int]:
+    """(seq, batch, input features) of x."""
+    return (x_shape[1], x_shape[0], x_shape[2]) if batch_first else tuple(x_shape)
+
+
+def _initial_states(cell: str, hx) -> tuple[str, str]:
+    """(h0, c0) value names; "" for a state the layer starts from zeros (zero_states) or has not (a GRU's c0)."""
+    h0, c0 = (list(hx) + [None])[:2] if cell == "lstm" else (hx, None)
+    return h0 or "", c0 or ""
 
 
 def _weights_by_layer(group: RecurrentGroup, params: list[str], has_biases: bool,

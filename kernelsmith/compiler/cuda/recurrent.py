@@ -7,14 +7,16 @@ allocates the stack's working memory (its sequences and products) as `scratch`."
 from __future__ import annotations
 
 from kernelsmith.compiler.cuda.binding import generated
-from kernelsmith.compiler.cuda.common import Param, cu_file, fixed, input_params, launcher, output_params, table, template
+from kernelsmith.compiler.cuda.common import (Param, cu_file, fixed, input_params, launcher, output_params, table,
+                                              template)
 from kernelsmith.compiler.cuda.gemm import FP32_MATH
 from kernelsmith.compiler.ir import Generated
 from kernelsmith.compiler.recurrent import ROLES, RecurrentGroup, tensors
 
 THREADS = (256, 128)
 GEMM_PARAMS = "int m, int n, int k, const float* a, int lda, const float* w, float* c"
-# row-major c[m, n] = a[m, k] @ w[n, k]^T is column-major c^T[n, m] = op_T(w) @ a: w (ld k) transposed, a (ld lda) as it lies
+# row-major c[m, n] = a[m, k] @ w[n, k]^T is column-major c^T[n, m] = op_T(w) @ a:
+# w (ld k) read transposed, a (ld lda) as it lies
 SGEMM = "status = cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, k, a, lda, &beta, c, n);"
 
 

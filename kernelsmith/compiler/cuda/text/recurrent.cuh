@@ -116,8 +116,8 @@ int ks_rnn_direction(const KsRnn& s, KsRnnGemm gemm, int64_t dir, const float* i
 }
 
 // The whole stack. scratch: two layer sequences, the input projection, the recurrent product and two states
-// (cuda/recurrent.py's _scratch counts them). x, h0, c0, out, h_n, c_n as torch lays them out; h0, c0, out, h_n and c_n may be nullptr
-// (zero initial states; results nothing reads). weights: w_ih, w_hh(, b_ih, b_hh) per layer and direction.
+// (cuda/recurrent.py's _scratch counts them). x, h0, c0, out, h_n, c_n as torch lays them out; h0, c0, out,
+// h_n and c_n may be nullptr (zero initial states; results nothing reads). weights: w_ih, w_hh(, b_ih, b_hh) per layer and direction.
 int ks_rnn_run(const KsRnn& s, KsRnnGemm gemm, const float* x, const float* h0, const float* c0,
                const float* const* weights, float* out, float* h_n, float* c_n, float* scratch,
                cudaStream_t stream) {
