@@ -199,6 +199,23 @@ def test_a_convolution_takes_its_bias_and_the_pointwise_work_after_it(tmp_path):
     assert [o.name for o in conv.outputs] == p.outputs
 
 
+def test_after_the_rewrites_the_graph_says_who_reads_each_value(tmp_path):
+    """The partitioner fuses by who reads a value; the rewrites rename results (min.dim's) and split nodes
+    (a convolution and its bias), and their own updates of the map had left stale readers behind."""
+    from kernelsmith.compiler.graph import consumers_of
+    from kernelsmith.compiler.passes import before_partition
+
+    source = tmp_path / "task.py"
+    source.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                      "    def __init__(self):\n        super().__init__()\n        self.conv = nn.Conv2d(3, 8, 3)\n"
+                      "    def forward(self, x):\n        return torch.tanh(torch.min(self.conv(x), dim=1)[0])\n\n"
+                      "def get_inputs():\n    return [torch.randn(2, 3, 16, 16)]\n\n"
+                      "def get_init_inputs():\n    return []\n")
+    graph = before_partition(capture(source))
+    assert graph.consumers == consumers_of(graph)
+    assert graph.consumers["x"] == ["convolution_nobias"]
+
+
 def test_a_transposed_convolution_feeding_a_reduction_is_two_kernels(tmp_path):
     p = plan_of(tmp_path, "self.up = nn.ConvTranspose1d(4, 6, 3, stride=2, output_padding=1, bias=False)",
                 "return torch.softmax(self.up(x), dim=1)", "[torch.randn(2, 4, 9)]")

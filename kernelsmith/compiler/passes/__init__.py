@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kernelsmith.compiler.graph import Graph
+from kernelsmith.compiler.graph import Graph, consumers_of
 from kernelsmith.compiler.passes import batch_norm, conv_bias, gemm_scale, multi_output
 
 
 def before_partition(graph: Graph) -> Graph:
     """Raises lowering.Unsupported for a result the kernels cannot give (batch norm's statistics)."""
-    graph = replace(graph, nodes=multi_output.fold(graph.nodes))
-    return gemm_scale.fold(conv_bias.split(batch_norm.expand(graph)))
+    graph = _readers(replace(graph, nodes=multi_output.fold(graph.nodes)))
+    for rewrite in (batch_norm.expand, conv_bias.split, gemm_scale.fold):
+        graph = _readers(rewrite(graph))
+    return graph
+
+
+def _readers(graph: Graph) -> Graph:
+    """Who reads each value, read again from the nodes after a rewrite. The passes' own updates missed
+    renamed results (fold's min.dim) and the inputs of the nodes they split (a convolution's x and weight)."""
+    return replace(graph, consumers=consumers_of(graph))
