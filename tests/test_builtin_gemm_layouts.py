@@ -18,10 +18,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernelsmith.compiler import cpu, cuda, layout  # noqa: E402
-from kernelsmith.compiler.ir import GemmGroup, Group, MatrixLayout, Plan, PointwiseGroup  # noqa: E402
+from kernelsmith.compiler import layout  # noqa: E402
+from kernelsmith.compiler.ir import GemmGroup, MatrixLayout, Plan, PointwiseGroup  # noqa: E402
 from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
 from kernelsmith.harness import build  # noqa: E402
+
+import plan_runner  # noqa: E402
 
 MODULES = """
 class Scores(nn.Module):
@@ -238,18 +240,7 @@ def test_every_cpu_variant_matches_torch(tmp_path):
 
 
 def generated_apart(root: Path, device: str) -> tuple[dict[str, str], dict[str, tuple[Plan, list[int]]]]:
-    """Every case's plan for `device` with its kernels renamed apart (g<case>_<kernel>_<kind>), their files,
-    and each plan with its kernels' numbers of launch variants."""
-    generate = cuda.generate if device == "cuda" else cpu.generate
-    files, plans = {}, {}
-    for i, name in enumerate(CASES):
-        built = plan_of(root, name, device)
-        compile(built.model_new([0] * len(built.variants)), f"{name}/model_new.py", "exec")
-        for j, group in enumerate(built.plan.groups()):
-            group.name = f"g{i}_{j}_{group.kind}"
-            files.update(generate(group, built.plan.values, "fp32").files)
-        plans[name] = (built.plan, [len(v) for v in built.variants])
-    return files, plans
+    return plan_runner.generated_apart(CASES, lambda name: plan_of(root, name, device), device, "g")
 
 
 def _build_cpu(root: Path):
@@ -270,17 +261,8 @@ def inputs_of(module, plan: Plan, x) -> dict:
 
 
 def run_plan(ext, plan: Plan, args: dict, config: int, variants: list[int]):
-    """The plan's views and kernels in order, as model_new.py runs them, each kernel at `config` (or its last
-    variant, where it has fewer)."""
-    values, kernels = dict(args), iter(variants)
-    for step in plan.prelude + plan.steps:
-        if not isinstance(step, Group):
-            values[step.out.name] = step.view.apply(values[step.source])
-            continue
-        chosen = min(config, next(kernels) - 1)
-        got = getattr(ext, step.name)(*[values[v.name] for v in step.inputs], chosen)
-        values.update(zip([o.name for o in step.outputs], [got] if len(step.outputs) == 1 else got))
-    return values[plan.outputs[0]]
+    """The plan's one output, each kernel at `config` (plan_runner.run_plan)."""
+    return plan_runner.run_plan(ext, plan, args, config, variants)[0]
 
 
 def _cuda_gen_tests():

@@ -20,11 +20,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernelsmith.compiler import cpu, cuda  # noqa: E402
-from kernelsmith.compiler.ir import Group, Plan  # noqa: E402
+from kernelsmith.compiler import cuda  # noqa: E402
+from kernelsmith.compiler.ir import Plan  # noqa: E402
 from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
 from kernelsmith.compiler.recurrent import RecurrentGroup  # noqa: E402
 from kernelsmith.harness import build  # noqa: E402
+
+import plan_runner  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -121,32 +123,11 @@ def load_task(path: Path):
 
 
 def generated_apart(root: Path, device: str) -> tuple[dict[str, str], dict[str, tuple[Plan, list[int]]]]:
-    """Every case's plan for `device` with its kernels renamed apart, their files, and each plan with its
-    kernels' numbers of launch variants."""
-    generate = cuda.generate if device == "cuda" else cpu.generate
-    files, plans = {}, {}
-    for i, name in enumerate(CASES):
-        built = build_plan(task_file(root, name), device, "fp32")
-        assert not built.unsupported, built.unsupported
-        compile(built.model_new([0] * len(built.variants)), f"{name}/model_new.py", "exec")
-        for j, group in enumerate(built.plan.groups()):
-            group.name = f"r{i}_{j}_{group.kind}"
-            files.update(generate(group, built.plan.values, "fp32").files)
-        plans[name] = (built.plan, [len(v) for v in built.variants])
-    return files, plans
+    return plan_runner.generated_apart(CASES, lambda name: build_plan(task_file(root, name), device, "fp32"),
+                                       device, "r")
 
 
-def run_plan(ext, plan: Plan, args: dict, config: int, variants: list[int]) -> list:
-    """The plan's views and kernels in order, as model_new.py runs them; forward's outputs."""
-    values, kernels = dict(args), iter(variants)
-    for step in plan.prelude + plan.steps:
-        if not isinstance(step, Group):
-            values[step.out.name] = step.view.apply(values[step.source])
-            continue
-        chosen = min(config, next(kernels) - 1)
-        got = getattr(ext, step.name)(*[values[v.name] for v in step.inputs], chosen)
-        values.update(zip([o.name for o in step.outputs], [got] if len(step.outputs) == 1 else got))
-    return [values[name] for name in plan.outputs]
+run_plan = plan_runner.run_plan
 
 
 def inputs_of(model, plan: Plan, forward_args: list) -> dict:
