@@ -5,6 +5,9 @@ when it started, and must serve only a job it was started for."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -221,3 +224,59 @@ def test_a_closed_sessions_spares_are_stopped_and_other_folders_keep_theirs(work
     runner.SPARES.retire(workdir)
     assert [w.job["kind"] for ws in runner.SPARES.by_kind().values() for w in ws] == ["build"]
     assert all(w.proc.wait(timeout=30) is not None for w in mine)  # stopped, not just forgotten
+
+
+def test_a_process_that_exits_with_a_worker_running_on_a_thread_kills_it_and_prints_no_traceback(tmp_path):
+    """A session that ends in an error (an unknown model) exits while its warm-up still runs a worker on a
+    thread. tempfile's exit hook then removed the worker's folder as the worker wrote into it, and printed
+    a traceback after the one-line error; the exit hook now kills every running worker first."""
+    task = tmp_path / "slow.py"
+    task.write_text("import time, torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+                    "def get_inputs():\n    time.sleep(60)\n    return [torch.ones(4)]\n"
+                    "def get_init_inputs():\n    return []\n")
+    script = textwrap.dedent(f"""
+        import sys, threading, time
+        from kernelsmith.evaluation import runner
+        from kernelsmith.evaluation.baselines import measure_baselines
+        from kernelsmith.evaluation.options import EvalOptions
+        threading.Thread(target=measure_baselines, args=({str(task)!r}, EvalOptions(device="cpu")), daemon=True).start()
+        while not any(w.proc is not None and w.proc.poll() is None for w in list(runner.LIVE)):
+            time.sleep(0.1)
+        time.sleep(2)
+        print(*[w.proc.pid for w in runner.LIVE], flush=True)
+        sys.exit("error: model 'nope' is not known")
+    """)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "KERNELSMITH_TMPDIR": str(scratch)})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == "error: model 'nope' is not known"
+    for pid in map(int, proc.stdout.split()):
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    assert list(scratch.iterdir()) == []  # nothing of the worker's folder left behind
+
+
+def test_the_exit_hook_kills_a_worker_still_running_on_a_thread(tmp_path):
+    import threading
+
+    from kernelsmith.evaluation.baselines import measure_baselines
+
+    task = tmp_path / "slow.py"
+    task.write_text("import time, torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+                    "def get_inputs():\n    time.sleep(60)\n    return [torch.ones(4)]\n"
+                    "def get_init_inputs():\n    return []\n")
+    found = []
+    thread = threading.Thread(target=lambda: found.append(measure_baselines(task, EvalOptions(device="cpu"))),
+                              daemon=True)
+    thread.start()
+    for _ in range(600):
+        running = [w for w in list(runner.LIVE) if w.proc is not None and w.proc.poll() is None]
+        if running:
+            break
+        thread.join(0.1)
+    assert running, "the baselines worker never started"
+    runner._at_exit()
+    thread.join(30)
+    assert not thread.is_alive() and found == [None]  # its job failed, killed; the warm-up says so
+    assert all(w.proc.poll() is not None for w in running)

@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -207,7 +208,9 @@ class Prestarted:
         self.ready_wait_s: float | None = None  # how long its job waited for those imports (None: no report)
         self.gpu_lock: dict[str, float] = {}  # {"lock_wait", "lock_held"} seconds of a GPU job's run (compute_lock)
         self.partner: "Prestarted | None" = None  # a spare's judge, started with it (Spares.stock)
-        self._tmp = tempfile.TemporaryDirectory(prefix="ks-job-", dir=scratch_root())
+        # a worker still running when this process exits may still write here as the folder is removed
+        self._tmp = tempfile.TemporaryDirectory(prefix="ks-job-", dir=scratch_root(), ignore_cleanup_errors=True)
+        LIVE.add(self)
         os.chmod(self._tmp.name, 0o700)
         self.job = {**job, "result_path": str(Path(self._tmp.name) / "answer.json")}
         self.job.setdefault("out_dir", str(Path(self._tmp.name) / "out"))
@@ -566,7 +569,20 @@ class Spares:
 
 
 SPARES = Spares()
-atexit.register(SPARES.close)
+LIVE: "weakref.WeakSet[Prestarted]" = weakref.WeakSet()  # every worker made, till it is collected
+
+
+def _at_exit() -> None:
+    """The spares stopped, and every worker still running killed (a session's warm-up on its thread, when
+    the session ends in an error): before tempfile's own exit hook removes their folders under them,
+    which printed a traceback after a one-line error."""
+    SPARES.close()
+    for worker in list(LIVE):
+        if worker.proc is not None and worker.proc.poll() is None:
+            _kill_group(worker.proc)
+
+
+atexit.register(_at_exit)  # after weakref's exit hook (registered at its import): so it runs before it
 
 
 CPU_ONLY_JOBS = ("build", "prepare")
