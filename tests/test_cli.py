@@ -52,7 +52,7 @@ def test_eval_rejected_candidate_exits_1(task_dir, candidate):
 
 def test_eval_human_output(task_dir, candidate):
     proc = ks("eval", task_dir / "model.py", candidate(HONEST), "--device", "cpu", "--min-runs", "10")
-    assert proc.returncode == 0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "correct" in proc.stdout and "speed-up vs eager" in proc.stdout
 
 
