@@ -4,10 +4,22 @@ their GPU cases)."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Callable, Iterable
 
 from kernelsmith.compiler import cpu, cuda
 from kernelsmith.compiler.ir import Group, Plan
+
+
+def load_module(path: Path, name: str):
+    """A test file's module by path, registered under `name` (dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def generated_apart(cases: Iterable[str], built_for: Callable[[str], object], device: str,

@@ -9,8 +9,6 @@ $CUBLAS_INCLUDE_DIR); tests/gpu/test_builtin_cuda_gpu.py runs them (CASES, MODUL
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import textwrap
 from pathlib import Path
 
@@ -267,12 +265,7 @@ def run_plan(ext, plan: Plan, args: dict, config: int, variants: list[int]):
 
 def _cuda_gen_tests():
     """tests/test_builtin_cuda_gen.py's nvcc helpers."""
-    path = Path(__file__).resolve().parent / "test_builtin_cuda_gen.py"
-    spec = importlib.util.spec_from_file_location("builtin_cuda_gen_helpers", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return plan_runner.load_module(Path(__file__).with_name("test_builtin_cuda_gen.py"), "builtin_cuda_gen_helpers")
 
 
 @pytest.mark.slow_build

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
-import sys
 import sysconfig
 import textwrap
 import time
@@ -210,12 +209,7 @@ def test_every_cpu_variant_matches_torch(tmp_path):
 
 def _cuda_gen_tests():
     """tests/test_builtin_cuda_gen.py's nvcc helpers."""
-    path = Path(__file__).resolve().parent / "test_builtin_cuda_gen.py"
-    spec = importlib.util.spec_from_file_location("builtin_cuda_gen_helpers", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return plan_runner.load_module(Path(__file__).with_name("test_builtin_cuda_gen.py"), "builtin_cuda_gen_helpers")
 
 
 def test_cuda_runs_the_stack_through_cublas_in_true_fp32_with_scratch_from_torch(tmp_path):

@@ -11,7 +11,6 @@ views) cuBLAS reads in place.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -25,6 +24,8 @@ from kernelsmith.compiler import cuda  # noqa: E402
 from kernelsmith.harness import build  # noqa: E402
 from kernelsmith.harness.compare import tolerance_for  # noqa: E402
 
+import plan_runner  # noqa: E402
+
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int64": torch.int64}
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "test_builtin_cuda_gen.py"
@@ -33,11 +34,7 @@ LAYOUTS_FILE = CASES_FILE.with_name("test_builtin_gemm_layouts.py")
 
 def _load_cases():
     """The hand-built groups and their torch references, shared with the CI test."""
-    spec = importlib.util.spec_from_file_location("builtin_cuda_cases", CASES_FILE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return plan_runner.load_module(CASES_FILE, "builtin_cuda_cases")
 
 
 cases = _load_cases()
@@ -45,11 +42,7 @@ cases = _load_cases()
 
 def _load_layout_cases():
     """tests/test_builtin_gemm_layouts.py: modules whose GEMM operands are transposed, strided or expanded views."""
-    spec = importlib.util.spec_from_file_location("builtin_gemm_layout_cases", LAYOUTS_FILE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return plan_runner.load_module(LAYOUTS_FILE, "builtin_gemm_layout_cases")
 
 
 layouts = _load_layout_cases()
@@ -289,11 +282,7 @@ RECURRENT_FILE = CASES_FILE.with_name("test_builtin_recurrent.py")
 
 
 def _load_recurrent_cases():
-    spec = importlib.util.spec_from_file_location("builtin_recurrent_cases", RECURRENT_FILE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return plan_runner.load_module(RECURRENT_FILE, "builtin_recurrent_cases")
 
 
 recurrent = _load_recurrent_cases()
