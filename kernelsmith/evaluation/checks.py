@@ -112,10 +112,15 @@ def unreported_time(prof: dict, parent: dict[str, list[float]], cycles: dict[str
 
 
 def _charge(reported: dict, timed: dict[str, list[float]]) -> float:
-    if not all(reported.get(n) and len(timed.get(n, ())) == len(reported[n]) for n in ("candidate", "eager")):
+    if not _paired(reported, timed):
         return 0.0
     extra, noise = _extra_time(reported, timed, CHARGE_SIGMAS)
     return max(0.0, extra - noise)
+
+
+def _paired(reported: dict, timed: dict[str, list[float]]) -> bool:
+    """Both contenders reported, with a parent's time for each of their runs."""
+    return all(reported.get(n) and len(timed.get(n, ())) == len(reported[n]) for n in ("candidate", "eager"))
 
 
 def harness_growth(calibration: list[tuple[float, float]], cycles: dict[str, list[float]]) -> float:
@@ -151,7 +156,7 @@ def clock_readings(prof: dict, parent: dict, cycles: dict, calibration: list,
     result keeps them (EvalResult.clock), so a charge, or the lack of one, can be read against its noise."""
     readings, reported = {}, prof.get("batches") or {}
     for name, timed in (("bracket", parent), ("cycle", cycles)):
-        if timed and all(reported.get(n) and len(timed.get(n, ())) == len(reported[n]) for n in ("candidate", "eager")):
+        if timed and _paired(reported, timed):
             extra, noise = _extra_time(reported, timed, CHARGE_SIGMAS)
             readings.update({f"{name}_extra_ms": extra, f"{name}_noise_ms": noise})
     eager = _eager_cycles(calibration or [], cycles or {})
