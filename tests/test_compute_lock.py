@@ -6,10 +6,12 @@ A fake nvidia-smi on PATH names two GPUs."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
+from pathlib import Path
 
 from conftest import GPU_A, GPU_B, job_fails
 from kernelsmith.evaluation import gpu_lock, runner
@@ -77,3 +79,79 @@ def test_a_gpu_job_reports_its_wait_for_the_lock_and_its_hold_of_it(tmp_path, mo
     assert reports["cpu"] == {}
     gpu_lock._GPUS = None
 
+
+
+PHASED_WORKER = """
+import json, sys, time
+from kernelsmith.harness import gpu_phase
+gpu_phase.claim()
+log = lambda what: print(json.dumps([what, time.time()]), flush=True)
+log("compiling")  # the shared phase: another job's shared hold does not keep it out
+time.sleep(0.3)
+with gpu_phase.alone():
+    log("alone")
+    time.sleep(0.8)
+    log("timed")
+time.sleep(0.3)
+log("done")
+"""
+
+
+def _hold_shared(events: list, name: str, start_after: float, hold_s: float) -> threading.Thread:
+    """A verify-like job that holds the GPU shared for hold_s, asked for start_after seconds from now."""
+    def hold():
+        time.sleep(start_after)
+        events.append([f"{name} asks", time.time()])
+        with runner.compute_lock({"kind": "candidate", "device": "cuda", "job_id": name}):
+            events.append([f"{name} in", time.time()])
+            time.sleep(hold_s)
+            events.append([f"{name} out", time.time()])
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    return thread
+
+
+def test_a_phased_job_computes_beside_others_and_has_the_gpu_alone_only_to_time(tmp_path, monkeypatch):
+    """Synth's rubric (gpu_lock.PHASED_JOBS) holds its GPU shared, so its compile runs beside a verify
+    that holds the GPU; its timing waits until that verify has left, and a verify asked for during the
+    timing waits until the timing is over. A real worker process asks over the job's pipes."""
+    import json
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("KERNELSMITH_COMPUTE_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setattr(gpu_lock, "_GPUS", None)
+    job = {"kind": "rubric", "device": "cuda", "job_id": "rubric"}
+    channel = runner.PhaseChannel.for_job(job)
+    events: list = []
+    first = _hold_shared(events, "verify 1", 0.0, 1.0)  # holds the GPU while the rubric compiles
+    time.sleep(0.1)
+    env = {**runner._worker_env(job), "PYTHONPATH": str(Path(__file__).parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", PHASED_WORKER], pass_fds=job["pass_fds"], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    for fd in job.pop("phase_fds"):
+        os.close(fd)
+    second = _hold_shared(events, "verify 2", 1.2, 0.2)  # asked for while the rubric times alone
+    with runner.compute_lock(job) as holder:
+        assert channel.serving(holder).wait(proc, 30) == 0
+    first.join(10), second.join(10)
+    channel.close()
+    events += [json.loads(line) for line in proc.stdout.read().splitlines()]
+    at = dict(events)
+    assert at["compiling"] < at["verify 1 out"]  # computed beside the verify
+    assert at["alone"] >= at["verify 1 out"]  # timed only once the verify had left
+    assert at["alone"] < at["verify 2 asks"] < at["timed"] <= at["verify 2 in"]  # it waited for the timing
+    assert channel.seconds()["lock_alone"] >= 0.7 and channel.seconds()["lock_alone_wait"] >= 0.4
+    gpu_lock._GPUS = None
+
+
+def test_without_the_pipes_a_phased_step_is_no_wait():
+    """On the CPU, or a rubric run by hand, there is no parent to ask: the timing just runs."""
+    from kernelsmith.harness import gpu_phase
+
+    start = time.perf_counter()
+    with gpu_phase.alone():
+        pass
+    assert time.perf_counter() - start < 0.1

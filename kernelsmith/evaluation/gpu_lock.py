@@ -4,8 +4,8 @@ The parent holds it from sending a job to its worker's exit (runner.Prestarted.r
 candidate code before its job arrives, and nothing it started outlives it (its PID namespace ends),
 so every GPU kernel of every job lies inside its hold.
 
-- Exclusive: every job that times anything (the profile, the baselines, synth's rubric) and every
-  kind not named below. While one holds a GPU, no other job of any kind runs on it: no candidate
+- Exclusive: every job that times anything (the profile, the baselines) and every kind not named
+  below. While one holds a GPU, no other job of any kind runs on it: no candidate
   code runs while a profile or a baseline times.
 - Shared: the jobs that only compute and compare (SHARED_JOBS): verify's candidate and judge, the
   profile's checksums, a task's lint. They time nothing that is judged, and nothing of one can reach
@@ -15,6 +15,13 @@ so every GPU kernel of every job lies inside its hold.
   gate go. The one waiting for the lock holds the gate, so a waiting profile keeps new verifies out
   until the verifies already in have left (flock alone prefers no one, and a stream of overlapping
   shared holds would starve it), and a waiting verify keeps the next profile behind it.
+
+- Phased: a job that mostly computes and times only briefly (synth's rubric: seconds of torch.compile,
+  a fraction of a second of timing) starts shared and asks its parent, over a pipe, for the GPU alone
+  around each timing (harness/gpu_phase.py, runner.PhaseChannel); the parent lets the shared hold go,
+  then takes the lock exclusive through the gate, and back. While it waits between the two it holds
+  nothing and runs nothing (it is blocked on the pipe). So rubric jobs compile side by side and only
+  their timings queue, instead of each holding the GPU for its whole compile.
 
 KERNELSMITH_GPU_SHARING=exclusive makes every job exclusive (one job per GPU, as before), for a side
 by side measurement or a GPU whose memory the lanes' verifies would not fit in together. The lock
@@ -30,11 +37,21 @@ import subprocess
 from pathlib import Path
 
 SHARED_JOBS = frozenset({"candidate", "judge", "checksums", "lint"})  # untimed: may share a GPU
+PHASED_JOBS = frozenset({"rubric"})  # shared, exclusive around their timings (Switchable)
+
+
+def sharing() -> bool:
+    return os.environ.get("KERNELSMITH_GPU_SHARING", "shared") != "exclusive"
 
 
 def shared(kind: str) -> bool:
     """Whether a job of this kind may hold its GPU with others (never a kind that times)."""
-    return kind in SHARED_JOBS and os.environ.get("KERNELSMITH_GPU_SHARING", "shared") != "exclusive"
+    return kind in SHARED_JOBS and sharing()
+
+
+def phased(kind: str) -> bool:
+    """Whether a job of this kind holds its GPU shared and asks for it alone around its timings."""
+    return kind in PHASED_JOBS and sharing()
 
 
 def folder() -> Path:
@@ -56,6 +73,25 @@ def hold(keys: list[str], share: bool):
                 fcntl.flock(lock, fcntl.LOCK_SH if share else fcntl.LOCK_EX)
             held.callback(fcntl.flock, lock, fcntl.LOCK_UN)  # (closing the gate let it go)
         yield
+
+
+class Switchable:
+    """A hold of `keys` whose mode changes: the old hold let go, then the new one taken through the gate,
+    so an upgrade never deadlocks with another holder waiting to upgrade too."""
+
+    def __init__(self, keys: list[str]):
+        self.keys, self._held = keys, None
+
+    def take(self, share: bool) -> None:
+        self.release()
+        held = contextlib.ExitStack()
+        held.enter_context(hold(self.keys, share))
+        self._held = held
+
+    def release(self) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
 
 def gpu_keys(visible: str | None) -> list[str]:

@@ -208,6 +208,7 @@ class Prestarted:
         self.ready_wait_s: float | None = None  # how long its job waited for those imports (None: no report)
         self.gpu_lock: dict[str, float] = {}  # {"lock_wait", "lock_held"} seconds of a GPU job's run (compute_lock)
         self.partner: "Prestarted | None" = None  # a spare's judge, started with it (Spares.stock)
+        self.phases: "PhaseChannel | None" = None  # a phased job's pipes for the GPU alone (gpu_lock.PHASED_JOBS)
         # a worker still running when this process exits may still write here as the folder is removed
         self._tmp = tempfile.TemporaryDirectory(prefix="ks-job-", dir=scratch_root(), ignore_cleanup_errors=True)
         LIVE.add(self)
@@ -225,6 +226,7 @@ class Prestarted:
         try:
             self.handoff = _handoff_channel(self.job)
             self.ready = _ready_channel(self.job)
+            self.phases = PhaseChannel.for_job(self.job)
             self.proc, self._log = _spawn(self.job, self.log_path)
         except BaseException:
             self._close()
@@ -232,6 +234,8 @@ class Prestarted:
         finally:  # the worker has its ends now (a judge's handoff: the end its candidate left it)
             _close_fd(self.job.pop("handoff_fd", None))
             _close_fd(self.job.pop("ready_fd", None))
+            for fd in self.job.pop("phase_fds", ()):
+                _close_fd(fd)
         if self.clock:
             self.clock.census(self.proc.pid, jail.status().jailed and self.job["kind"] in jail.UNTRUSTED_JOBS)
         return self
@@ -262,9 +266,11 @@ class Prestarted:
         asked = time.perf_counter()
         with compute_lock(job) as locked:  # the imports' wait counts against the same timeout: a hang fails once
             taken = time.perf_counter()
-            code = _wait(self.proc, job, max(self.timeout - (taken - start), 0.1))
+            phases = self.phases.serving(locked) if self.phases and locked else None
+            code = _wait(self.proc, job, max(self.timeout - (taken - start), 0.1), phases)
         if locked:  # what a pool's lanes queue for: the job's load, its work and its worker's exit
-            self.gpu_lock = {"lock_wait": round(taken - asked, 3), "lock_held": elapsed(taken)}
+            self.gpu_lock = {"lock_wait": round(taken - asked, 3), "lock_held": elapsed(taken),
+                             **(self.phases.seconds() if phases else {})}
         return _read_answer(job, code, self.log_path.read_text(errors="replace"), self.timeout)
 
     def await_ready(self) -> None:
@@ -289,6 +295,8 @@ class Prestarted:
         _close_fd(self.handoff)
         _close_fd(self.ready)
         self.handoff = self.ready = None
+        if self.phases is not None:
+            self.phases.close()
         self._tmp.cleanup()
 
 
@@ -327,6 +335,73 @@ def _await_ready(fd: int | None, timeout: float) -> float | None:
             came = os.read(fd, 1)
     _close_fd(fd)
     return round(time.perf_counter() - start, 3) if came else None
+
+
+class PhaseChannel:
+    """The parent's end of a phased job's two pipes (gpu_lock.PHASED_JOBS, harness/gpu_phase.py): the
+    worker writes "x" for the GPU alone or "s" for shared again, and reads one byte back once the parent
+    holds the GPU's lock so. Answered while the parent waits for the worker's exit (_wait)."""
+
+    def __init__(self, job: dict):
+        self.requests, worker_w = os.pipe()
+        worker_r, self.acks = os.pipe()
+        job["phase_fds"] = (worker_w, worker_r)
+        job["pass_fds"] = (*job.get("pass_fds", ()), worker_w, worker_r)
+        self.holder: "gpu_lock.Switchable | None" = None
+        self.alone_s = self.alone_wait_s = 0.0
+        self._alone_since: float | None = None
+
+    @classmethod
+    def for_job(cls, job: dict) -> "PhaseChannel | None":
+        if job.get("device") != "cuda" or not gpu_lock.phased(job["kind"]):
+            return None
+        return cls(job)
+
+    def serving(self, holder) -> "PhaseChannel":
+        self.holder = holder  # compute_lock's Switchable, held shared
+        return self
+
+    def wait(self, proc: subprocess.Popen, timeout: float) -> int:
+        """Answer the worker's requests until it exits; its exit code (TimeoutExpired past the timeout)."""
+        deadline = time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(self.requests, select.POLLIN)
+        while proc.poll() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+            if poller.poll(min(left, 0.25) * 1000) and not self._answer():
+                return proc.wait(timeout=max(deadline - time.monotonic(), 0.01))  # its end closed: exiting
+        return proc.returncode
+
+    def _answer(self) -> bool:
+        """One request served; False once the worker's end is closed."""
+        try:
+            asked = os.read(self.requests, 1)
+        except OSError:
+            return False
+        if asked not in (b"x", b"s"):
+            return False
+        start = time.perf_counter()
+        self.holder.take(share=asked == b"s")
+        if asked == b"x":
+            self.alone_wait_s += time.perf_counter() - start
+            self._alone_since = time.perf_counter()
+        elif self._alone_since is not None:
+            self.alone_s += start - self._alone_since
+            self._alone_since = None
+        with contextlib.suppress(OSError):
+            os.write(self.acks, b"k")
+        return True
+
+    def seconds(self) -> dict[str, float]:
+        """How long the job waited for the GPU alone and held it so, over all its timings."""
+        return {"lock_alone_wait": round(self.alone_wait_s, 3), "lock_alone": round(self.alone_s, 3)}
+
+    def close(self) -> None:
+        _close_fd(self.requests)
+        _close_fd(self.acks)
+        self.requests = self.acks = None
 
 
 def _close_fd(fd: int | None) -> None:
@@ -599,7 +674,16 @@ def compute_lock(job: dict):
     if job.get("device") != "cuda" or job["kind"] in CPU_ONLY_JOBS:
         yield False
         return
-    with gpu_lock.hold(gpu_lock.gpu_keys(_worker_env(job).get("CUDA_VISIBLE_DEVICES")), gpu_lock.shared(job["kind"])):
+    keys = gpu_lock.gpu_keys(_worker_env(job).get("CUDA_VISIBLE_DEVICES"))
+    if gpu_lock.phased(job["kind"]):  # shared to start with; its PhaseChannel switches it around timings
+        holder = gpu_lock.Switchable(keys)
+        holder.take(share=True)
+        try:
+            yield holder
+        finally:
+            holder.release()
+        return
+    with gpu_lock.hold(keys, gpu_lock.shared(job["kind"])):
         yield True
 
 
@@ -635,6 +719,8 @@ def _worker_env(job: dict) -> dict:
         merged["KERNELSMITH_HANDOFF"] = f"{job.get('device', 'cpu')},{job['handoff_fd']}{trials}"
     if job.get("ready_fd") is not None:
         merged["KERNELSMITH_READY_FD"] = str(job["ready_fd"])
+    if job.get("phase_fds"):
+        merged["KERNELSMITH_PHASE_FDS"] = ",".join(map(str, job["phase_fds"]))
     if job.get("threads"):  # eager's intra-op threads and the candidate's OpenMP threads: the same count
         merged["OMP_NUM_THREADS"] = str(job["threads"])
     merged.pop("PYTHONSTARTUP", None)
@@ -669,11 +755,12 @@ def _spawn(job: dict, log_path: Path) -> tuple[subprocess.Popen, object]:
     return proc, log
 
 
-def _wait(proc: subprocess.Popen, job: dict, timeout: float) -> int | None:
-    """Send the job, wait for the worker; its exit code, or None when it ran past the timeout."""
+def _wait(proc: subprocess.Popen, job: dict, timeout: float, phases: PhaseChannel | None = None) -> int | None:
+    """Send the job, wait for the worker (answering a phased job's requests for the GPU); its exit code,
+    or None when it ran past the timeout."""
     try:
         _send(proc, job)
-        code = proc.wait(timeout=timeout)
+        code = proc.wait(timeout=timeout) if phases is None else phases.wait(proc, timeout)
     except subprocess.TimeoutExpired:
         code = None
     finally:  # also on Ctrl-C: the worker and its strays die before the interrupt goes on

@@ -1,4 +1,6 @@
 """The rubric, worker side (the "rubric" job, run jailed: an LLM-written task is untrusted code).
+On cuda the job shares its GPU with other rubric jobs and has it alone only while it times
+(harness/gpu_phase.py).
 
 Stages, cheapest first, the first failure ends the job: load, eager, finite, deterministic,
 trivial (near zero or constant), dependence (each input, and the weights), timing (eager within
@@ -13,7 +15,7 @@ import time
 
 import torch
 
-from kernelsmith.harness import guards, loading
+from kernelsmith.harness import gpu_phase, guards, loading
 
 NEAR_ZERO = 1e-6
 WEIGHTS, INPUTS, OTHER_INPUTS, OTHER_WEIGHTS = 1, 2, 3, 4
@@ -132,7 +134,15 @@ def check_compile(task, base: list, device: str) -> tuple[float, float]:
     seconds = time.perf_counter() - start
     if not _close(base, got, rtol=1e-3, atol=1e-3):
         raise Rejected("compile", "torch.compile's output differs from eager's beyond 1e-3")
-    return seconds, median_ms(compiled, inputs, device)
+    with gpu_phase.alone():  # compiled beside other jobs; timed with the GPU alone
+        return seconds, median_ms(compiled, inputs, device)
+
+
+def eager_ms(task, device: str) -> float:
+    model = loading.seeded_reference(task, WEIGHTS, device, "fp32")
+    inputs = loading.seeded_inputs(task, INPUTS, device, "fp32")
+    with gpu_phase.alone():
+        return median_ms(model, inputs, device)
 
 
 def run_rubric(job: dict) -> dict:
@@ -169,9 +179,7 @@ def _stages(job: dict, report: dict) -> None:
     checks["deterministic"] = _timed(report, "deterministic", check_deterministic, task, base, device)
     _timed(report, "trivial", check_nontrivial, base)
     checks["dependence"] = _timed(report, "dependence", check_dependence, task, base, device)
-    model = loading.seeded_reference(task, WEIGHTS, device, "fp32")
-    inputs = loading.seeded_inputs(task, INPUTS, device, "fp32")
-    report["eager_ms"] = round(_timed(report, "timing", median_ms, model, inputs, device), 5)
+    report["eager_ms"] = round(_timed(report, "timing", eager_ms, task, device), 5)
     _timed(report, "timing", check_window, report["eager_ms"], job["window_ms"])
     compile_s, compile_ms = _timed(report, "compile", check_compile, task, base, device)
     report["compile_ms"], checks["compile_s"] = round(compile_ms, 5), round(compile_s, 3)

@@ -14,6 +14,8 @@ import sys
 import time
 import traceback
 
+from kernelsmith.harness import gpu_phase
+
 STARTED = time.perf_counter()  # the worker's own imports, torch's above all, count from here
 
 
@@ -102,6 +104,7 @@ def _drop_cwd_from_path() -> None:
 
 def main() -> int:
     _drop_cwd_from_path()
+    gpu_phase.claim()
     kind = sys.argv[1] if len(sys.argv) > 1 else ""
     try:  # torch and the harness before the job: a worker started ahead of it (runner.Prestarted)
         handlers, failed = _handlers(kind), None  # imports them while the step before it runs

@@ -1,7 +1,7 @@
 """The rubric, parent side: each task is checked by a "rubric" job in a fresh, jailed worker
 (kernelsmith/harness/synth_rubric.py), up to `workers` at a time. On cuda the jobs are spread over the
-visible GPUs the way the local sandbox pins them, and jobs that share a GPU take turns
-(runner.compute_lock), so eager times are never measured side by side."""
+visible GPUs the way the local sandbox pins them. Jobs that share a GPU compile side by side and
+take turns only to time (gpu_lock.PHASED_JOBS), so eager times are never measured side by side."""
 
 from __future__ import annotations
 
