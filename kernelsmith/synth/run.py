@@ -19,7 +19,7 @@ from kernelsmith.synth import decontaminate, rubric
 from kernelsmith.synth.compose import Candidate, CombinatorialComposer, op_count_weights
 
 COMPOSERS = ("combinatorial", "anthropic", "openai")
-MANIFEST, STATE = "manifest.jsonl", ".synth"
+MANIFEST, STATE, RUNS = "manifest.jsonl", ".synth", "runs.jsonl"  # RUNS: one line per invocation
 TIMING_KEYS = ("eager_ms", "compile_ms", "seconds", "rubric")  # what differs between two runs of one seed
 
 
@@ -228,9 +228,15 @@ def synthesize(plan: SynthPlan, on_row=None) -> dict:
     accepted = sum(r["status"] == "accepted" for r in rows)
     done = {r["index"] for r in rows}
     if accepted < plan.count:
-        rows += _drive(work, composer.candidates(frozenset(done)), plan.count - accepted,
-                       max_candidates(plan.count) - len(done), on_row)
-    summary = summarize(rows, plan)
+        started, before = time.time(), len(rows)
+        try:
+            rows += _drive(work, composer.candidates(frozenset(done)), plan.count - accepted,
+                           max_candidates(plan.count) - len(done), on_row)
+        finally:  # an interrupted run's time counts too, with the rows it wrote, and its README says so far
+            written = read_manifest(plan.out)
+            _log_run(plan, started, written[before:])
+            write_readme(plan, summarize(written, plan, read_runs(plan.out)))
+    summary = summarize(rows, plan, read_runs(plan.out))
     write_readme(plan, summary)
     return summary
 
@@ -268,14 +274,59 @@ def _finish(work: Synthesis, item, rows: list[dict], on_row) -> int:
 
 # --- the summary and README -----------------------------------------------------------------------------
 
-def summarize(rows: list[dict], plan: SynthPlan) -> dict:
+def _log_run(plan: SynthPlan, started: float, rows: list[dict]) -> None:
+    """One line per invocation that checked candidates: its wall time and what it added (a resumed run's
+    throughput counts only the time its invocations ran, not the hours between them)."""
+    line = {"started": round(started, 3), "seconds": round(time.time() - started, 3), "candidates": len(rows),
+            "accepted": sum(r["status"] == "accepted" for r in rows), "workers": plan.workers,
+            "device": plan.device, "kernelsmith": kernelsmith.__version__}
+    with open(plan.out / RUNS, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def read_runs(out: Path) -> list[dict]:
+    path = out / RUNS
+    if not path.is_file():
+        return []
+    runs = []
+    for text in path.read_text().splitlines():
+        try:
+            runs.append(json.loads(text))
+        except ValueError:
+            continue  # a line torn by a killed run: its time is lost, the rows are not
+    return runs
+
+
+def stage_seconds(rows: list[dict]) -> dict[str, float]:
+    """Seconds per rubric stage, summed over every candidate (jobs overlap: the sum exceeds the wall time),
+    and "other": the rest of each candidate's time (its worker's start and imports, decontamination)."""
+    totals: collections.Counter = collections.Counter()
+    for row in rows:
+        stages = (row.get("rubric") or {}).get("stage_s") or {}
+        totals.update(stages)
+        total = (row.get("seconds") or {}).get("total")
+        if total is not None:  # the rest of the candidate's time: the worker's start and imports, decontamination
+            totals["other"] += max(0.0, total - sum(stages.values()))
+    return {stage: round(seconds, 1) for stage, seconds in totals.most_common()}
+
+
+def throughput(runs: list[dict]) -> dict:
+    wall = sum(r["seconds"] for r in runs)
+    per_hour = (lambda n: round(n * 3600 / wall, 1) if wall > 0 else None)
+    return {"wall_s": round(wall, 1), "invocations": len(runs), "workers": sorted({r.get("workers") for r in runs} - {None}),
+            "accepted_per_hour": per_hour(sum(r["accepted"] for r in runs)),
+            "candidates_per_hour": per_hour(sum(r["candidates"] for r in runs))}
+
+
+def summarize(rows: list[dict], plan: SynthPlan, runs: list[dict] | None = None) -> dict:
     accepted = [r for r in rows if r["status"] == "accepted"]
     nearest = sorted(r["nearest"]["similarity"] for r in accepted if r.get("nearest"))
     return {"candidates": len(rows), "accepted": len(accepted), "target": plan.count,
             "mix": dict(sorted(collections.Counter(r["op_count"] for r in accepted).items())),
             "rejected_by_stage": dict(collections.Counter(r["stage"] for r in rows if r["status"] != "accepted")
                                       .most_common()),
-            "nearest_max": nearest[-1] if nearest else None, "settings": plan.settings()}
+            "nearest_max": nearest[-1] if nearest else None, "settings": plan.settings(),
+            "time": throughput(runs or []), "stage_s": stage_seconds(rows)}
 
 
 def write_readme(plan: SynthPlan, summary: dict) -> None:
@@ -299,7 +350,21 @@ def write_readme(plan: SynthPlan, summary: dict) -> None:
                      f"the nearest evaluation task of any accepted task has similarity {summary['nearest_max']}.")
     else:
         lines.append("Not decontaminated (no --decontaminate-against folder).")
+    lines += _time_lines(summary, settings)
     (plan.out / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def _time_lines(summary: dict, settings: dict) -> list[str]:
+    spent = summary["time"]
+    if not spent["invocations"]:
+        return []
+    lines = ["", "## Time", "",
+             f"{spent['invocations']} invocation(s), {spent['wall_s']:g} s of wall time in all (`{RUNS}`): "
+             f"{spent['accepted_per_hour']} accepted tasks and {spent['candidates_per_hour']} candidates per hour, "
+             f"{'/'.join(map(str, spent['workers']))} rubric job(s) at a time on {settings['device']}.", "",
+             "Seconds per rubric stage, summed over candidates (jobs run side by side):", "",
+             "| stage | seconds |", "|---|---|"]
+    return lines + [f"| {stage} | {seconds:g} |" for stage, seconds in summary["stage_s"].items()]
 
 
 class ProgressView:
