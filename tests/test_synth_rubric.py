@@ -66,3 +66,41 @@ def test_a_sound_task_passes_every_stage_with_its_times(tmp_path):
     assert verdict["checks"]["dependence"] == {"inputs": 1, "params": 128 * 64}
     assert set(verdict["stage_s"]) >= {"load", "eager", "finite", "deterministic", "trivial", "dependence",
                                        "timing", "compile"}
+
+
+# What Triton does on the GPU: its kernels go under $TRITON_HOME/.triton (~/.triton when unset), which
+# is read-only inside the jail; every torch.compile of an H100 run failed there before the rubric set it.
+WRITES_TRITON_CACHE = task(
+    "return torch.relu(xs[0] @ self.w)",
+    init="        self.w = nn.Parameter(torch.randn(128, 64))\n"
+         "        cache = os.path.join(os.environ.get('TRITON_HOME', os.path.expanduser('~')), '.triton', 'cache')\n"
+         "        os.makedirs(cache, exist_ok=True)\n"
+         "        open(os.path.join(cache, 'kernel.bin'), 'w').write('x')\n")
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_a_task_compiled_in_the_jail_can_write_its_compiler_cache(tmp_path, trusted):
+    path = tmp_path / "triton_cache.py"
+    path.write_text(WRITES_TRITON_CACHE)
+    verdict = RubricPool("cpu", 1, (0.0001, 10000.0)).check(path, trusted=trusted)
+    assert verdict["accepted"], verdict
+
+
+def test_a_spare_rubric_worker_of_the_folder_serves_the_next_task(tmp_path):
+    """On the GPU each job leaves a worker importing torch for the next task of its folder."""
+    from kernelsmith.evaluation import runner
+    from kernelsmith.synth.rubric import rubric_job, run_rubric
+
+    jobs = []
+    for name in ("first", "second"):
+        (tmp_path / f"{name}.py").write_text(GOOD)
+        jobs.append(rubric_job(tmp_path / f"{name}.py", "cpu", (0.0001, 10000.0), 1, trusted=False))
+    generic = {**jobs[0], "reference": jobs[0]["cwd"]}
+    try:
+        assert run_rubric(jobs[0], spares=1)["accepted"]
+        waiting = runner.SPARES.waiting(generic, 600.0)
+        assert len(waiting) == 1
+        assert run_rubric(jobs[1])["accepted"]  # taken by the second task (and no new one started)
+        assert runner.SPARES.waiting(generic, 600.0) == [] and waiting[0].proc.poll() is not None
+    finally:
+        runner.SPARES.retire(tmp_path)
