@@ -163,3 +163,17 @@ def test_an_unwritable_out_and_an_earlier_run_are_bad_input(tmp_path, capsys):
     (earlier / "manifest.jsonl").write_text("")
     assert main(["synth", "--out", str(earlier), "--device", "cpu"]) == 2
     assert "holds an earlier synth run" in capsys.readouterr().err
+
+
+def test_on_cuda_a_memory_bound_first_operator_gets_the_larger_sizes():
+    """A chain of memory-bound operators needs about 8x the elements of one that starts with a GEMM or
+    attention to reach the 1 ms floor on an H100 (most of the first GPU run's candidates fell below it)."""
+    import math
+
+    from kernelsmith.synth import compose, seeds
+
+    by_name = {s.name: s for s in seeds.SEEDS}
+    light, heavy = compose.profile_for(by_name["relu"], "cuda"), compose.profile_for(by_name["matmul"], "cuda")
+    biggest = {p: math.prod(max(d) for d in p.dims[2]) for p in (light, heavy)}
+    assert biggest[light] == 8 * biggest[heavy] <= compose.MAX_ELEMENTS["cuda"]
+    assert compose.profile_for(by_name["relu"], "cpu") is compose.PROFILES["cpu"]
