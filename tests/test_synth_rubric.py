@@ -104,3 +104,29 @@ def test_a_spare_rubric_worker_of_the_folder_serves_the_next_task(tmp_path):
         assert runner.SPARES.waiting(generic, 600.0) == [] and waiting[0].proc.poll() is not None
     finally:
         runner.SPARES.retire(tmp_path)
+
+
+def test_a_task_out_of_gpu_memory_beside_other_jobs_is_checked_again_with_the_gpu_alone(monkeypatch, tmp_path):
+    """Rubric jobs share a GPU while they compile, so one may run out of memory for others' tensors (45 of
+    259 candidates on an H100 were rejected so). That is judged again in a fresh worker that holds the GPU
+    alone throughout (no phases); only an out-of-memory there is the task's own."""
+    from kernelsmith.evaluation import gpu_lock
+    from kernelsmith.synth import rubric
+
+    calls = []
+
+    def fake(job, timeout=rubric.TIMEOUT_S, spares=0, fresh=False):
+        calls.append((job, fresh))
+        if len(calls) == 1:
+            return {"accepted": False, "stage": "eager", "reason": "OutOfMemoryError: CUDA out of memory."}
+        return {"accepted": True, "stage": None, "reason": None}
+
+    monkeypatch.setattr(rubric, "run_rubric", fake)
+    path = tmp_path / "big.py"
+    path.write_text(GOOD)
+    verdict = RubricPool("cuda", 4, (1.0, 100.0)).check(path, trusted=True)
+    assert verdict["accepted"] and "out of memory" in verdict["retried_alone"]
+    (first, _), (again, fresh) = calls
+    assert gpu_lock.phased(first) and not gpu_lock.phased(again) and again["alone"] and fresh
+    calls.clear()
+    assert not RubricPool("cpu", 1, (1.0, 100.0)).check(path, trusted=True)["accepted"] and len(calls) == 1

@@ -49,9 +49,10 @@ def shared(kind: str) -> bool:
     return kind in SHARED_JOBS and sharing()
 
 
-def phased(kind: str) -> bool:
-    """Whether a job of this kind holds its GPU shared and asks for it alone around its timings."""
-    return kind in PHASED_JOBS and sharing()
+def phased(job: dict) -> bool:
+    """Whether this job holds its GPU shared and asks for it alone around its timings (a job marked
+    "alone" has it alone throughout: a rubric retried after running out of memory beside others)."""
+    return job["kind"] in PHASED_JOBS and sharing() and not job.get("alone")
 
 
 def folder() -> Path:

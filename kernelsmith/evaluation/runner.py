@@ -266,7 +266,7 @@ class Prestarted:
         asked = time.perf_counter()
         with compute_lock(job) as locked:  # the imports' wait counts against the same timeout: a hang fails once
             taken = time.perf_counter()
-            phases = self.phases.serving(locked) if self.phases and locked else None
+            phases = self.phases.serving(locked) if self.phases and isinstance(locked, gpu_lock.Switchable) else None
             code = _wait(self.proc, job, max(self.timeout - (taken - start), 0.1), phases)
         if locked:  # what a pool's lanes queue for: the job's load, its work and its worker's exit
             self.gpu_lock = {"lock_wait": round(taken - asked, 3), "lock_held": elapsed(taken),
@@ -353,7 +353,7 @@ class PhaseChannel:
 
     @classmethod
     def for_job(cls, job: dict) -> "PhaseChannel | None":
-        if job.get("device") != "cuda" or not gpu_lock.phased(job["kind"]):
+        if job.get("device") != "cuda" or not gpu_lock.phased(job):
             return None
         return cls(job)
 
@@ -675,7 +675,7 @@ def compute_lock(job: dict):
         yield False
         return
     keys = gpu_lock.gpu_keys(_worker_env(job).get("CUDA_VISIBLE_DEVICES"))
-    if gpu_lock.phased(job["kind"]):  # shared to start with; its PhaseChannel switches it around timings
+    if gpu_lock.phased(job):  # shared to start with; its PhaseChannel switches it around timings
         holder = gpu_lock.Switchable(keys)
         holder.take(share=True)
         try:
