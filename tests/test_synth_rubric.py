@@ -107,7 +107,7 @@ def test_a_spare_rubric_worker_of_the_folder_serves_the_next_task(tmp_path):
 
 
 def test_a_task_out_of_gpu_memory_beside_other_jobs_is_checked_again_with_the_gpu_alone(monkeypatch, tmp_path):
-    """Rubric jobs share a GPU while they compile, so one may run out of memory for others' tensors (45 of
+    """Rubric jobs share a GPU while they compile, so one may run out of memory for others' tensors (52 of
     259 candidates on an H100 were rejected so). That is judged again in a fresh worker that holds the GPU
     alone throughout (no phases); only an out-of-memory there is the task's own."""
     from kernelsmith.evaluation import gpu_lock

@@ -95,5 +95,5 @@ class RubricPool:
             verdict = run_rubric(job, spares=self.workers if self.device == "cuda" else 0)
             if self.device != "cuda" or not out_of_memory(verdict) or not gpu_lock.phased(job):
                 return verdict
-            # beside other jobs' tensors (45 of 259 candidates on an H100): the task's own fault only alone
+            # beside other jobs' tensors (52 of 259 candidates on an H100): the task's own fault only alone
             return {**run_rubric({**job, "alone": True}, fresh=True), "retried_alone": verdict["reason"]}
