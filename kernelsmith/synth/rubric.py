@@ -74,9 +74,13 @@ class RubricPool:
     to spread jobs over. check() blocks; the driver calls it from up to `workers` threads."""
 
     def __init__(self, device: str, workers: int, window_ms: tuple[float, float]):
-        self.device, self.window_ms, self.workers = device, window_ms, workers
+        self.device, self.window_ms = device, window_ms
         self.threads = max(1, (os.cpu_count() or 1) // workers)  # eager's intra-op threads per job
-        self._slots = itertools.cycle(self._gpu_envs())
+        envs = self._gpu_envs()
+        self._slots = itertools.cycle(envs)
+        # spares on the GPU only (on the CPU their imports would take the cores eager is timed on), as
+        # many per GPU as jobs run there at a time
+        self.spares = -(-workers // len(envs)) if device == "cuda" else 0
         self._lock = threading.Lock()
 
     def _gpu_envs(self) -> list[dict]:
@@ -91,8 +95,7 @@ class RubricPool:
             env = next(self._slots)
         with runner.extra_env(env):
             job = rubric_job(path, self.device, self.window_ms, self.threads, trusted)
-            # spares on the GPU only: on the CPU their imports would take the cores eager is timed on
-            verdict = run_rubric(job, spares=self.workers if self.device == "cuda" else 0)
+            verdict = run_rubric(job, spares=self.spares)
             if self.device != "cuda" or not out_of_memory(verdict) or not gpu_lock.phased(job):
                 return verdict
             # beside other jobs' tensors (52 of 259 candidates on an H100): the task's own fault only alone
