@@ -5,6 +5,7 @@ run is a deterministic prefix of its seed's stream; --resume re-reads the manife
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -242,25 +243,42 @@ def synthesize(plan: SynthPlan, on_row=None) -> dict:
     return summary
 
 
+REORDER = 4  # finished rows waiting for an earlier, slower candidate: at most this many per worker
+
+
 def _drive(work: Synthesis, stream, wanted: int, budget: int, on_row) -> list[dict]:
-    """Up to `workers` candidates in flight; rows kept in candidate order until `wanted` are accepted."""
+    """`workers` candidates running at a time; rows kept in candidate order until `wanted` are accepted.
+    A slow candidate (a 40 s compile) holds back only the rows after it, never the workers: the ones that
+    finish meanwhile wait in order (up to REORDER per worker) while new candidates start."""
     rows: list[dict] = []
-    in_flight: collections.deque = collections.deque()
+    pending: collections.deque = collections.deque()  # (candidate, future), in candidate order
     executor = ThreadPoolExecutor(work.plan.workers, thread_name_prefix="ks-synth")
     try:
         for candidate in stream:
             if budget <= 0:
                 break
             budget -= 1
-            in_flight.append((candidate, executor.submit(work.row, candidate)))
-            while in_flight and (len(in_flight) >= work.plan.workers or in_flight[0][1].done()):
-                if _finish(work, in_flight.popleft(), rows, on_row) >= wanted:
-                    return rows
-        while in_flight and _finish(work, in_flight.popleft(), rows, on_row) < wanted:
-            pass
+            pending.append((candidate, executor.submit(work.row, candidate)))
+            if _settle(work, pending, rows, on_row, wanted, full=False):
+                return rows
+        _settle(work, pending, rows, on_row, wanted, full=True)
         return rows
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _settle(work: Synthesis, pending: collections.deque, rows: list[dict], on_row, wanted: int, full: bool) -> bool:
+    """Write the finished rows at the head of `pending`; wait while the workers are all busy (or, `full`,
+    until none is pending). Whether `wanted` tasks are accepted."""
+    workers = work.plan.workers
+    while True:
+        while pending and pending[0][1].done():
+            if _finish(work, pending.popleft(), rows, on_row) >= wanted:
+                return True
+        running = [f for _, f in pending if not f.done()]
+        if not pending or not (full or len(running) >= workers or len(pending) >= REORDER * workers):
+            return False
+        concurrent.futures.wait(running or [pending[0][1]], return_when=concurrent.futures.FIRST_COMPLETED)
 
 
 def _finish(work: Synthesis, item, rows: list[dict], on_row) -> int:
