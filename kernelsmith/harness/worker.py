@@ -21,8 +21,9 @@ STARTED = time.perf_counter()  # the worker's own imports, torch's above all, co
 
 # Imported before the job is read, by the kinds that use them: torch's dispatch-mode machinery pulls in
 # torch._dynamo (about 1.5 s) on first use, which a prestarted worker pays while the step before it runs.
+# Synth's rubric compiles every task: inductor's own imports (about 1.7 s) go to its spare's wait as well.
 EARLY_IMPORTS = {"candidate": ("torch._dynamo",), "profile": ("torch._dynamo",), "baselines": ("torch._dynamo",),
-                 "build": ("torch.utils.cpp_extension",)}
+                 "build": ("torch.utils.cpp_extension",), "rubric": ("torch._dynamo", "torch._inductor.compile_fx")}
 
 
 def _handlers(kind: str = ""):
