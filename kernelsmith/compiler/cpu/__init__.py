@@ -31,14 +31,14 @@ def _kernel(group: Group) -> tuple[str, list[str]]:
         return pointwise(group)
     if isinstance(group, RecurrentGroup):
         return recurrent(group)
+    if isinstance(group, GemmGroup):
+        return gemm(group)
     return _looped(group), [name for name, _ in SCHEDULES]
 
 
 def _looped(group: Group) -> str:
     if isinstance(group, ReductionGroup):
         return scan(group) if group.reduce in SCANS else reduction(group)
-    if isinstance(group, GemmGroup):
-        return gemm(group)
     if isinstance(group, ConvGroup):
         return conv(group)
     if isinstance(group, PoolGroup):
