@@ -397,39 +397,61 @@ def _assert_scan_close(name: str, config: int, module, x: torch.Tensor, got: tor
     assert float((off_by_a_term - exact).abs().div(allowed).max()) > 100
 
 
-def test_the_cpu_targets_own_exp_and_erf_match_libm_at_the_edges(tmp_path):
-    """ks_expf and ks_erff (text/header.h) replace libm's calls so that loops vectorise: they must still give
-    inf on overflow, 0 on underflow, keep NaN, and be within fp32 rounding of torch everywhere in between."""
+EDGE_TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return {expr}
+
+def get_inputs():
+    return [torch.randn(4, 1024)]
+
+def get_init_inputs():
+    return []
+"""
+EDGES = [float("nan"), float("inf"), -float("inf"), 88.72, 88.73, 89.0, -87.3, -87.4, -100.0, 0.0, 1e-30, -1e-30,
+         3.99, 4.01, -4.01, 20.0, -20.0, 0.6249, 0.625, 0.6251, -0.625, 1e-4, -1e-4, 9.0, -9.0]
+
+
+def _edge_kernels(tmp_path, expr: str, uses: str):
+    """The CPU kernels of `forward: return expr`, built; their source uses `uses`, and libm's name of it not."""
     task = tmp_path / "edges" / "model.py"
     task.parent.mkdir()
-    task.write_text(textwrap.dedent("""
-        import torch
-        import torch.nn as nn
-
-        class Model(nn.Module):
-            def forward(self, x):
-                return torch.exp(x) + torch.sigmoid(x) + torch.erf(x) * 3.0
-
-        def get_inputs():
-            return [torch.randn(4, 1024)]
-
-        def get_init_inputs():
-            return []
-    """))
+    task.write_text(EDGE_TASK.format(expr=expr))
     plan = build_plan(task, "cpu", "fp32")
+    for group in plan.plan.groups():  # one process loads both tests' extensions: bindings named apart
+        group.name = f"{uses.replace(' ', '_')}_{group.name}"
     source = "\n".join(text for g in plan.plan.groups() for text in cpu.generate(g, plan.plan.values).files.values())
-    assert "ks_expf(" in source and "ks_erff(" in source and "erff(" not in source.replace("ks_erff(", "")
+    for name in uses.split():
+        assert f"ks_{name}(" in source and f" {name}(" not in source and f"({name}(" not in source
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "edges.cpp").write_text(source)
     result = build.build(tmp_path / "kernels", "cpu", build_dir=tmp_path / "build")
     assert result.ok, result.summary
-    ext = build.import_extension(result.so_path, result.name)
-    edges = torch.tensor([float("nan"), float("inf"), -float("inf"), 88.72, 88.73, 89.0, -87.3, -87.4, -100.0, 0.0,
-                          1e-30, -1e-30, 3.99, 4.01, -4.01, 20.0, -20.0])
     torch.manual_seed(0)
-    x = torch.cat([edges, torch.linspace(-90, 90, 4096 - len(edges) - 1000), torch.randn(1000) * 3]).reshape(4, 1024)
+    x = torch.cat([torch.tensor(EDGES), torch.linspace(-90, 90, 4096 - len(EDGES) - 1000), torch.randn(1000) * 3])
+    return build.import_extension(result.so_path, result.name), plan, x.reshape(4, 1024)
+
+
+def test_the_cpu_targets_own_exp_and_erf_match_libm_at_the_edges(tmp_path):
+    """ks_expf and ks_erff (text/header.h) replace libm's calls so that loops vectorise: they must still give
+    inf on overflow, 0 on underflow, keep NaN, and be within fp32 rounding of torch everywhere in between."""
+    ext, plan, x = _edge_kernels(tmp_path, "torch.exp(x) + torch.sigmoid(x) + torch.erf(x) * 3.0", "expf erff")
     expected = torch.exp(x) + torch.sigmoid(x) + torch.erf(x) * 3.0
     for config in range(len(plan.variants[0])):
         got = _run(ext, plan.plan, {plan.plan.inputs[0].name: x}, config)
         torch.testing.assert_close(got, expected, rtol=2e-6, atol=2e-6, equal_nan=True,
+                                   msg=lambda m: f"variant {config}: {m}")
+
+
+def test_the_cpu_targets_own_tanh_matches_torch_on_both_sides_of_its_switch(tmp_path):
+    """ks_tanhf: Cephes's polynomial below |x| = 0.625 and 1 - 2 / (exp(2|x|) + 1) above, within fp32
+    rounding of torch's tanh (relative, down to 1e-30, where a cancelling formula would be far off); +-1 at
+    +-inf and NaN kept."""
+    ext, plan, x = _edge_kernels(tmp_path, "torch.tanh(x)", "tanhf")
+    for config in range(len(plan.variants[0])):
+        got = _run(ext, plan.plan, {plan.plan.inputs[0].name: x}, config)
+        torch.testing.assert_close(got, torch.tanh(x), rtol=3e-7, atol=1e-38, equal_nan=True,
                                    msg=lambda m: f"variant {config}: {m}")

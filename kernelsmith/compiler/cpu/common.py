@@ -16,7 +16,7 @@ SCHEDULES = [("omp static", "#pragma omp parallel for schedule(static)"),
 # libm's erff and expf are scalar calls that stop a loop from vectorising; text/header.h's ks_erff (a rational
 # approximation, at most 4.2e-7 from erf) and ks_expf (Cephes's, 8.5e-8 relative) are branch-free and vectorise
 # with the loop around them. sigmoid, silu, elu's and softplus's exp go through ks_expf.
-MATH = {"erff": "ks_erff", "expf": "ks_expf"}
+MATH = {"erff": "ks_erff", "expf": "ks_expf", "tanhf": "ks_tanhf"}
 
 
 def body_lines(body, names: dict[str, str], indent: str = "    ") -> list[str]:

@@ -63,3 +63,22 @@ static inline float ks_expf(float x) {
   return y * ks_pow2i(half) * ks_pow2i(k - half) * beyond;
 }
 #endif
+
+#ifndef KS_TANHF_DEFINED
+#define KS_TANHF_DEFINED
+// tanh as Cephes's tanhf does it: an odd polynomial below |x| = 0.625, 1 - 2 / (exp(2|x|) + 1) above (no
+// cancellation there), both computed and one selected, so that a loop around it vectorises. NaN stays NaN.
+static inline float ks_tanhf(float x) {
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float a = x < 0.0f ? -x : x;
+  const float large = 1.0f - 2.0f / (ks_expf(2.0f * a) + 1.0f);
+  const float signed_large = x < 0.0f ? -large : large;
+  return a < 0.625f ? small : (x != x ? x : signed_large);
+}
+#endif
