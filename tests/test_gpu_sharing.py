@@ -21,7 +21,8 @@ from kernelsmith.evaluation import runner
 
 A, B = GPU_A, GPU_B
 SHARED = ("candidate", "judge", "checksums", "lint")
-EXCLUSIVE = ("profile", "baselines", "rubric", "a-kind-added-later")  # what times, and what no one named
+EXCLUSIVE = ("profile", "baselines", "a-kind-added-later")  # what times, and what no one named
+PHASED = ("rubric",)  # shared while it computes; alone while it times (gpu_lock.Switchable)
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +66,7 @@ def started(kind: str, log: list | None = None, wait: bool = True) -> Holder:
 
 
 @pytest.mark.parametrize("first, second", [("candidate", "judge"), ("judge", "checksums"), ("checksums", "candidate"),
-                                           ("lint", "candidate")])
+                                           ("lint", "candidate"), ("rubric", "candidate"), ("judge", "rubric")])
 def test_jobs_that_only_compute_and_compare_share_the_gpu(first, second):
     one = started(first)
     two = started(second)  # asserts it got in while the first still holds
@@ -83,6 +84,23 @@ def test_a_job_that_times_never_holds_the_gpu_with_another(timed, other):
         one.leave()
         assert two.inside.wait(10)
         two.leave()
+
+
+def test_a_rubric_retried_alone_holds_the_gpu_alone():
+    """A rubric that ran out of memory beside others is judged again with the GPU to itself throughout."""
+    one = started("candidate")
+    alone = threading.Event()
+
+    def retried():
+        with runner.extra_env({"CUDA_VISIBLE_DEVICES": "0"}), runner.compute_lock({**job("rubric"), "alone": True}):
+            alone.set()
+
+    thread = threading.Thread(target=retried, daemon=True)
+    thread.start()
+    assert not alone.wait(0.5), "a rubric retried alone got the GPU while a verify held it"
+    one.leave()
+    assert alone.wait(10)
+    thread.join(10)
 
 
 def test_a_waiting_profile_keeps_later_verifies_out_until_it_has_run():
@@ -161,29 +179,44 @@ def test_many_holders_of_every_kind_on_two_gpus_never_break_exclusion():
     sorted two-GPU takes would leave threads alive."""
     rng = random.Random(20261204)
     state = {A: {"shared": 0, "exclusive": 0}, B: {"shared": 0, "exclusive": 0}}
-    guard, broken, overlaps = threading.Lock(), [], []
+    guard, broken, overlaps, phases = threading.Lock(), [], [], {"alone": 0}
     gpus = {"0": [A], "1": [B], "0,1": [A, B]}
 
+    def enter(kind: str, visible: str, mode: str) -> None:
+        with guard:
+            for gpu in gpus[visible]:
+                others = state[gpu]
+                if others["exclusive"] or (mode == "exclusive" and others["shared"]):
+                    broken.append((kind, gpu, dict(others)))
+                if mode == "shared" and others["shared"]:
+                    overlaps.append(kind)
+                others[mode] += 1
+
+    def leave(visible: str, mode: str) -> None:
+        with guard:
+            for gpu in gpus[visible]:
+                state[gpu][mode] -= 1
+
     def one(kind: str, visible: str, hold_s: float) -> None:
-        mode = "shared" if kind in SHARED else "exclusive"
-        with runner.extra_env({"CUDA_VISIBLE_DEVICES": visible}), runner.compute_lock(job(kind)):
-            with guard:
-                for gpu in gpus[visible]:
-                    others = state[gpu]
-                    if others["exclusive"] or (mode == "exclusive" and others["shared"]):
-                        broken.append((kind, gpu, dict(others)))
-                    if mode == "shared" and others["shared"]:
-                        overlaps.append(kind)
-                    others[mode] += 1
+        mode = "shared" if kind in SHARED + PHASED else "exclusive"
+        with runner.extra_env({"CUDA_VISIBLE_DEVICES": visible}), runner.compute_lock(job(kind)) as held:
+            enter(kind, visible, mode)
             time.sleep(hold_s)
-            with guard:
-                for gpu in gpus[visible]:
-                    state[gpu][mode] -= 1
+            leave(visible, mode)
+            if kind in PHASED:  # its timing: let the shared hold go, take the GPU alone, then shared again
+                held.take(share=False)
+                phases["alone"] += 1
+                enter(kind, visible, "exclusive")
+                time.sleep(hold_s)
+                leave(visible, "exclusive")
+                held.take(share=True)
+                enter(kind, visible, "shared")
+                leave(visible, "shared")
 
     def lane(seed: int) -> None:
         lane_rng = random.Random(seed)
         for _ in range(12):
-            kind = lane_rng.choice(SHARED * 2 + EXCLUSIVE)
+            kind = lane_rng.choice(SHARED * 2 + EXCLUSIVE + PHASED * 2)
             one(kind, lane_rng.choice(["0", "0", "1", "0,1"]), lane_rng.uniform(0.0, 0.02))
 
     threads = [threading.Thread(target=lane, args=(rng.randrange(1 << 30),), daemon=True) for _ in range(6)]
@@ -194,3 +227,4 @@ def test_many_holders_of_every_kind_on_two_gpus_never_break_exclusion():
     assert not any(t.is_alive() for t in threads), "holders deadlocked"
     assert broken == []
     assert overlaps, "no two verifies ever shared a GPU: the shared mode did nothing"
+    assert phases["alone"], "no rubric ever timed: the phased mode was not exercised"
