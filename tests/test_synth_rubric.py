@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -130,3 +131,62 @@ def test_a_task_out_of_gpu_memory_beside_other_jobs_is_checked_again_with_the_gp
     assert gpu_lock.phased(first) and not gpu_lock.phased(again) and again["alone"] and fresh
     calls.clear()
     assert not RubricPool("cpu", 1, (1.0, 100.0)).check(path, trusted=True)["accepted"] and len(calls) == 1
+
+
+def _enter_in_thread(budget, need: int, log: list, name: str):
+    """A rubric job's hold of the budget, in a thread: `inside` is set once it has room; `leave` ends it."""
+    import threading
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold():
+        with budget.held(need):
+            log.append(name)
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    return inside, leave, thread
+
+
+def test_rubric_jobs_sharing_a_gpu_start_only_when_their_memory_fits_beside_the_others():
+    """8-10 rubric jobs on an H100 that ignored each other's memory ran 52 of 259 candidates out of it.
+    Jobs whose needs fit run together; one that does not fit waits for room; one larger than the whole
+    budget (or of unknown size: an LLM's task) runs alone; and first come, first in."""
+    from kernelsmith.synth.rubric import MemoryBudget
+
+    budget, log = MemoryBudget(100), []
+    a = _enter_in_thread(budget, 40, log, "a")
+    b = _enter_in_thread(budget, 50, log, "b")
+    assert a[0].wait(5) and b[0].wait(5)  # 90 of 100: together
+    huge = _enter_in_thread(budget, 500, log, "huge")  # more than all of it: alone, once both have left
+    time.sleep(0.2)
+    small = _enter_in_thread(budget, 5, log, "small")  # would fit now, but came after the huge one
+    assert not huge[0].wait(0.5) and not small[0].wait(0.1)
+    a[1].set()
+    assert not huge[0].wait(0.3)  # b still holds 50
+    b[1].set()
+    assert huge[0].wait(5) and not small[0].wait(0.3)  # the huge one alone
+    huge[1].set()
+    assert small[0].wait(5)
+    small[1].set()
+    assert log == ["a", "b", "huge", "small"] or log == ["b", "a", "huge", "small"]
+    unknown = _enter_in_thread(budget, None, log, "unknown")
+    assert unknown[0].wait(5) and budget.used == 100
+    unknown[1].set()
+    for _, _, thread in (a, b, huge, small, unknown):
+        thread.join(5)
+    assert budget.used == 0
+
+
+def test_without_a_gpu_memory_figure_nothing_waits_and_a_task_needs_its_values_twice():
+    from kernelsmith.synth import compose
+    from kernelsmith.synth.rubric import CONTEXT_BYTES, MemoryBudget, memory_need
+
+    free, log = MemoryBudget(None), []
+    first, second = _enter_in_thread(free, 10**15, log, "1"), _enter_in_thread(free, 10**15, log, "2")
+    assert first[0].wait(5) and second[0].wait(5)
+    first[1].set(), second[1].set()
+    graph = compose.TaskGraph(shapes={"x0": (1024, 1024), "y1": (1024, 1024), "y2": (1024,)})
+    assert memory_need(graph) == 2 * 4 * (2 * 1024 * 1024 + 1024) + CONTEXT_BYTES and memory_need(None) is None

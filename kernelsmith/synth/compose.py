@@ -10,6 +10,7 @@ gives the same stream of candidates.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -74,6 +75,10 @@ class TaskGraph:
     inputs: list[Input] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
     shapes: dict[str, Shape] = field(default_factory=dict)
+
+    def elements(self) -> int:
+        """Elements of every input and every operator's result: what one forward holds at most."""
+        return sum(math.prod(shape) for shape in self.shapes.values())
 
     def describe(self) -> dict:
         """What the manifest says about the task."""

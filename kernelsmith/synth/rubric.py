@@ -5,8 +5,11 @@ take turns only to time (gpu_lock.PHASED_JOBS), so eager times are never measure
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import itertools
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -69,6 +72,60 @@ def capture_graph(path: Path, timeout: float = TIMEOUT_S) -> dict:
     return runner.run_job(job, timeout)
 
 
+# What a rubric job holds on its GPU: its forward's values twice (the eager outputs kept while the next
+# checks and the compiled model run) as float32, and its CUDA context and allocator slack. 8-10 jobs that
+# ignored each other's memory on an H100 ran 52 of 259 candidates out of it.
+CONTEXT_BYTES = 1 << 30
+GPU_SHARE = 0.7  # of the GPU's memory the rubric jobs of one GPU may plan to use together
+
+
+def memory_need(graph) -> int | None:
+    """Bytes a combinatorial task's rubric job may hold on the GPU; None (all of the budget) for an LLM's."""
+    return None if graph is None else 2 * 4 * graph.elements() + CONTEXT_BYTES
+
+
+class MemoryBudget:
+    """The GPU memory of one GPU's rubric jobs: a job starts once the others' needs leave room for its own,
+    or when it is the only one (a need larger than the budget, or unknown, runs alone in it). First come,
+    first in: a large job is not overtaken forever by small ones."""
+
+    def __init__(self, capacity: int | None):
+        self.capacity, self.used = capacity, 0
+        self._waiting: collections.deque = collections.deque()
+        self._turn = threading.Condition()
+
+    @contextlib.contextmanager
+    def held(self, need: int | None):
+        if self.capacity is None:  # the CPU, or a GPU whose memory nvidia-smi does not say
+            yield
+            return
+        need = self.capacity if need is None else min(need, self.capacity)
+        with self._turn:
+            ticket = object()
+            self._waiting.append(ticket)
+            self._turn.wait_for(lambda: self._waiting[0] is ticket and self.used + need <= self.capacity)
+            self._waiting.popleft()
+            self.used += need
+            self._turn.notify_all()
+        try:
+            yield
+        finally:
+            with self._turn:
+                self.used -= need
+                self._turn.notify_all()
+
+
+def gpu_memory_bytes() -> int | None:
+    """The smallest total memory of this machine's GPUs by nvidia-smi, or None."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout
+        mib = [int(line) for line in out.split() if line.strip().isdigit()]
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return min(mib) << 20 if mib else None
+
+
 class RubricPool:
     """What every rubric job of a run shares: the device, the window, the threads per job and the GPUs
     to spread jobs over. check() blocks; the driver calls it from up to `workers` threads."""
@@ -81,6 +138,9 @@ class RubricPool:
         # spares on the GPU only (on the CPU their imports would take the cores eager is timed on), as
         # many per GPU as jobs run there at a time
         self.spares = -(-workers // len(envs)) if device == "cuda" else 0
+        memory = gpu_memory_bytes() if device == "cuda" else None
+        capacity = int(memory * GPU_SHARE) if memory else None
+        self._budgets = {env.get("CUDA_VISIBLE_DEVICES"): MemoryBudget(capacity) for env in envs}
         self._lock = threading.Lock()
 
     def _gpu_envs(self) -> list[dict]:
@@ -90,10 +150,11 @@ class RubricPool:
 
         return [slot.env for slot in gpu_slots(None)] or [{}]
 
-    def check(self, path: Path, trusted: bool) -> dict:
+    def check(self, path: Path, trusted: bool, need: int | None = None) -> dict:
+        """The rubric's verdict on one task; `need`: the bytes its job may hold on the GPU (memory_need)."""
         with self._lock:
             env = next(self._slots)
-        with runner.extra_env(env):
+        with self._budgets[env.get("CUDA_VISIBLE_DEVICES")].held(need), runner.extra_env(env):
             job = rubric_job(path, self.device, self.window_ms, self.threads, trusted)
             verdict = run_rubric(job, spares=self.spares)
             if self.device != "cuda" or not out_of_memory(verdict) or not gpu_lock.phased(job):

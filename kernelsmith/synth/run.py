@@ -156,7 +156,7 @@ class Synthesis:
             return self._reject(row, "parse", candidate.info["parse_error"], start)
         if not self._decontaminate(candidate, path, row):
             return self._reject(row, "decontamination", row["reason"], start)
-        checked = self.pool.check(path, trusted=candidate.graph is not None)
+        checked = self.pool.check(path, trusted=candidate.graph is not None, need=rubric.memory_need(candidate.graph))
         row.update(status="accepted" if checked["accepted"] else "rejected", stage=checked["stage"],
                    reason=checked["reason"], eager_ms=checked["eager_ms"], compile_ms=checked["compile_ms"],
                    rubric={"checks": checked["checks"], "stage_s": checked["stage_s"],
