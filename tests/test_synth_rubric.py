@@ -190,3 +190,49 @@ def test_without_a_gpu_memory_figure_nothing_waits_and_a_task_needs_its_values_t
     first[1].set(), second[1].set()
     graph = compose.TaskGraph(shapes={"x0": (1024, 1024), "y1": (1024, 1024), "y2": (1024,)})
     assert memory_need(graph) == 2 * 4 * (2 * 1024 * 1024 + 1024) + CONTEXT_BYTES and memory_need(None) is None
+
+
+class _Parent:
+    """The parent's side of a phased job's pipes, in a thread: answers every request, and keeps them."""
+
+    def __init__(self):
+        import os
+        import threading
+
+        self.requests, worker_w = os.pipe()
+        worker_r, self.acks = os.pipe()
+        self.fds, self.asked = (worker_w, worker_r), []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import os
+
+        while True:
+            asked = os.read(self.requests, 1)
+            if not asked:
+                return
+            self.asked.append(asked.decode())
+            os.write(self.acks, b"k")
+
+
+@pytest.mark.parametrize("window, stage, asked", [((1e6, 2e6), "timing", []), ((1e-4, 1e4), None, ["x", "s"])])
+def test_a_phased_rubric_rejects_a_small_task_beside_the_others_and_times_the_rest_in_one_hold(
+        tmp_path, monkeypatch, window, stage, asked):
+    """On a shared GPU a first eager timing, beside other jobs, can only be slower than alone: below the floor
+    even so (70 of 72 timing rejections on an H100) the task is rejected without waiting for the GPU alone
+    or compiling. Any other task asks for the GPU alone once, for eager and the compiled model together."""
+    from kernelsmith.harness import gpu_phase, synth_rubric
+
+    for name in ("TORCHINDUCTOR_COMPILE_THREADS", "TRITON_HOME", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)  # run_rubric sets them in this process: put back afterwards
+    parent = _Parent()
+    monkeypatch.setattr(gpu_phase, "_FDS", parent.fds)
+    path = tmp_path / "good.py"
+    path.write_text(GOOD)
+    job = {"reference": str(path), "device": "cpu", "window_ms": list(window), "out_dir": str(tmp_path)}
+    verdict = synth_rubric.run_rubric(job)
+    assert verdict["stage"] == stage and parent.asked == asked, verdict
+    if stage == "timing":
+        assert "at most" in verdict["reason"] and "compile" not in verdict["stage_s"]
+    else:
+        assert verdict["accepted"] and verdict["eager_ms"] > 0 and verdict["compile_ms"] > 0

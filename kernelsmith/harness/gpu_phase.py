@@ -23,6 +23,11 @@ def claim() -> None:
         _FDS = tuple(int(fd) for fd in spec.split(","))
 
 
+def phased() -> bool:
+    """Whether this job shares its GPU and has it alone only when it asks (its parent gave it the pipes)."""
+    return bool(_FDS)
+
+
 def _ask(mode: bytes) -> None:
     if not _FDS:
         return

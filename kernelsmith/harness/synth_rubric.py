@@ -124,26 +124,37 @@ def check_window(eager_ms: float, window: list[float]) -> None:
         raise Rejected("timing", f"eager {eager_ms:.4g} ms is above the window's {high:g} ms (too large a workload)")
 
 
-def check_compile(task, base: list, device: str) -> tuple[float, float]:
-    """(compile seconds, compiled ms) of torch.compile(fullgraph=True), which must agree with eager."""
-    model = loading.seeded_reference(task, WEIGHTS, device, "fp32")
-    inputs = loading.seeded_inputs(task, INPUTS, device, "fp32")
-    compiled = torch.compile(model, fullgraph=True)
+def compiled_checked(task, base: list, device: str, inputs: list):
+    """(compile seconds, the compiled model) of torch.compile(fullgraph=True), which must agree with eager."""
+    compiled = torch.compile(loading.seeded_reference(task, WEIGHTS, device, "fp32"), fullgraph=True)
     start = time.perf_counter()
     torch.manual_seed(11)
     got = _outputs(compiled, inputs)
     seconds = time.perf_counter() - start
     if not _close(base, got, rtol=1e-3, atol=1e-3):
         raise Rejected("compile", "torch.compile's output differs from eager's beyond 1e-3")
-    with _alone(device):  # compiled beside other jobs; timed with the GPU alone
-        return seconds, median_ms(compiled, inputs, device)
+    return seconds, compiled
 
 
-def eager_ms(task, device: str) -> float:
-    model = loading.seeded_reference(task, WEIGHTS, device, "fp32")
-    inputs = loading.seeded_inputs(task, INPUTS, device, "fp32")
+def eager_run(task, device: str):
+    return loading.seeded_reference(task, WEIGHTS, device, "fp32"), loading.seeded_inputs(task, INPUTS, device, "fp32")
+
+
+def check_not_below(eager_ms: float, window: list[float]) -> None:
+    """Eager timed beside other jobs on a shared GPU, which only slows it: below the window's floor even so,
+    it is below it alone (70 of an H100 run's 72 timing rejections), and the job need not wait for the GPU
+    alone nor compile. Above the floor it says nothing: the exact check comes with the GPU alone."""
+    if eager_ms < window[0]:
+        raise Rejected("timing", f"eager at most {eager_ms:.4g} ms (timed beside other jobs) is below the window's "
+                                 f"{window[0]:g} ms (too small a workload)")
+
+
+def timed_alone(report: dict, eager, compiled, inputs: list, device: str, window: list[float]) -> None:
+    """Eager and the compiled model timed in one hold of the GPU alone; eager checked against the window."""
     with _alone(device):
-        return median_ms(model, inputs, device)
+        report["eager_ms"] = round(median_ms(eager, inputs, device), 5)
+        check_window(report["eager_ms"], window)
+        report["compile_ms"] = round(median_ms(compiled, inputs, device), 5)
 
 
 @contextlib.contextmanager
@@ -192,10 +203,22 @@ def _stages(job: dict, report: dict) -> None:
     checks["deterministic"] = _timed(report, "deterministic", check_deterministic, task, base, device)
     _timed(report, "trivial", check_nontrivial, base)
     checks["dependence"] = _timed(report, "dependence", check_dependence, task, base, device)
-    report["eager_ms"] = round(_timed(report, "timing", eager_ms, task, device), 5)
-    _timed(report, "timing", check_window, report["eager_ms"], job["window_ms"])
-    compile_s, compile_ms = _timed(report, "compile", check_compile, task, base, device)
-    report["compile_ms"], checks["compile_s"] = round(compile_ms, 5), round(compile_s, 3)
+    _times(job, report, task, base)
+
+
+def _times(job: dict, report: dict, task, base: list) -> None:
+    """Eager within the window, then torch.compile's model. Sharing a GPU (phased), a first timing beside
+    the others can only reject as too small; compiled, the job then times both with the GPU alone, once."""
+    device, window, phased = job["device"], job["window_ms"], gpu_phase.phased()
+    eager, inputs = _timed(report, "timing", eager_run, task, device)
+    report["eager_ms"] = round(_timed(report, "timing", median_ms, eager, inputs, device), 5)
+    _timed(report, "timing", check_not_below if phased else check_window, report["eager_ms"], window)
+    compile_s, compiled = _timed(report, "compile", compiled_checked, task, base, device, inputs)
+    report["checks"]["compile_s"] = round(compile_s, 3)
+    if phased:
+        _timed(report, "timing", timed_alone, report, eager, compiled, inputs, device, window)
+    else:
+        report["compile_ms"] = round(_timed(report, "compile", median_ms, compiled, inputs, device), 5)
 
 
 def _load(path: str):
