@@ -236,3 +236,18 @@ def test_a_phased_rubric_rejects_a_small_task_beside_the_others_and_times_the_re
         assert "at most" in verdict["reason"] and "compile" not in verdict["stage_s"]
     else:
         assert verdict["accepted"] and verdict["eager_ms"] > 0 and verdict["compile_ms"] > 0
+
+
+def test_a_run_on_the_gpu_says_which_gpu_and_plans_on_its_memory(tmp_path, monkeypatch):
+    """runs.jsonl and the README name the GPU (tasks per hour mean little without it); the memory budget
+    starts from the smallest GPU's total, by nvidia-smi (a fake one here)."""
+    from kernelsmith.synth import rubric
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\ncase "$1" in *name*) printf "NVIDIA H100 80GB HBM3\\nNVIDIA H100 80GB HBM3\\n";;\n'
+                    '*memory.total*) printf "81559\\n40960\\n";; esac\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert rubric.gpu_names() == "NVIDIA H100 80GB HBM3" and rubric.gpu_memory_bytes() == 40960 << 20
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert rubric.gpu_names() is None and rubric.gpu_memory_bytes() is None

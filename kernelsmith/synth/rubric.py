@@ -115,15 +115,26 @@ class MemoryBudget:
                 self._turn.notify_all()
 
 
+def _nvidia_smi(field: str) -> list[str]:
+    """One line per GPU of `nvidia-smi --query-gpu=field`, or [] without nvidia-smi."""
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
 def gpu_memory_bytes() -> int | None:
     """The smallest total memory of this machine's GPUs by nvidia-smi, or None."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30).stdout
-        mib = [int(line) for line in out.split() if line.strip().isdigit()]
-    except (OSError, subprocess.SubprocessError):
-        return None
+    mib = [int(line) for line in _nvidia_smi("memory.total") if line.isdigit()]
     return min(mib) << 20 if mib else None
+
+
+def gpu_names() -> str | None:
+    """The GPUs a run used, by name ("NVIDIA H100 80GB HBM3"), or None."""
+    names = sorted(set(_nvidia_smi("name")))
+    return ", ".join(names) or None
 
 
 class RubricPool:

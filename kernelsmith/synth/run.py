@@ -298,7 +298,8 @@ def _log_run(plan: SynthPlan, started: float, rows: list[dict]) -> None:
     throughput counts only the time its invocations ran, not the hours between them)."""
     line = {"started": round(started, 3), "seconds": round(time.time() - started, 3), "candidates": len(rows),
             "accepted": sum(r["status"] == "accepted" for r in rows), "workers": plan.workers,
-            "device": plan.device, "kernelsmith": kernelsmith.__version__}
+            "device": plan.device, "gpu": rubric.gpu_names() if plan.device == "cuda" else None,
+            "kernelsmith": kernelsmith.__version__}
     with open(plan.out / RUNS, "a") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -333,6 +334,7 @@ def throughput(runs: list[dict]) -> dict:
     wall = sum(r["seconds"] for r in runs)
     per_hour = (lambda n: round(n * 3600 / wall, 1) if wall > 0 else None)
     return {"wall_s": round(wall, 1), "invocations": len(runs), "workers": sorted({r.get("workers") for r in runs} - {None}),
+            "gpus": sorted({r.get("gpu") for r in runs} - {None}),
             "accepted_per_hour": per_hour(sum(r["accepted"] for r in runs)),
             "candidates_per_hour": per_hour(sum(r["candidates"] for r in runs))}
 
@@ -380,7 +382,8 @@ def _time_lines(summary: dict, settings: dict) -> list[str]:
     lines = ["", "## Time", "",
              f"{spent['invocations']} invocation(s), {spent['wall_s']:g} s of wall time in all (`{RUNS}`): "
              f"{spent['accepted_per_hour']} accepted tasks and {spent['candidates_per_hour']} candidates per hour, "
-             f"{'/'.join(map(str, spent['workers']))} rubric job(s) at a time on {settings['device']}.", "",
+             f"{'/'.join(map(str, spent['workers']))} rubric job(s) at a time on {settings['device']}"
+             f"{' (' + '; '.join(spent['gpus']) + ')' if spent['gpus'] else ''}.", "",
              "Seconds per rubric stage, summed over candidates (jobs run side by side):", "",
              "| stage | seconds |", "|---|---|"]
     return lines + [f"| {stage} | {seconds:g} |" for stage, seconds in summary["stage_s"].items()]
