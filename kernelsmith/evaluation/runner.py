@@ -721,8 +721,10 @@ def _worker_env(job: dict) -> dict:
         merged["KERNELSMITH_READY_FD"] = str(job["ready_fd"])
     if job.get("phase_fds"):
         merged["KERNELSMITH_PHASE_FDS"] = ",".join(map(str, job["phase_fds"]))
-    if job["kind"] == "rubric" and job.get("out_dir"):  # ~/.triton is read-only in the jail, and a spare imports
-        merged["TRITON_HOME"] = job["out_dir"]  # inductor (and so maybe Triton) before its job says where to write
+    if job["kind"] == "rubric" and job.get("out_dir"):  # Triton keeps its kernels under ~/.triton, read-only in
+        merged["TRITON_HOME"] = job["out_dir"]  # the jail (every compile of an H100 run failed there); set before
+        # any import, since a spare imports inductor before its job comes. out_dir: the run's shared inductor
+        # cache for kernelsmith's own tasks (synth/rubric.rubric_job), the job's private folder otherwise
     if job.get("threads"):  # eager's intra-op threads and the candidate's OpenMP threads: the same count
         merged["OMP_NUM_THREADS"] = str(job["threads"])
     merged.pop("PYTHONSTARTUP", None)

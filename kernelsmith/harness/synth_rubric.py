@@ -175,8 +175,7 @@ def run_rubric(job: dict) -> dict:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if job.get("inductor_cache"):  # shared by the tasks of one run that kernelsmith itself wrote
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = job["inductor_cache"]
-    # Triton keeps its kernels under ~/.triton, read-only in the jail: every compile on the GPU failed there
-    os.environ["TRITON_HOME"] = job.get("inductor_cache") or job["out_dir"]
+    # (Triton's own cache: TRITON_HOME, set where the worker is started, runner._worker_env)
     report = {"accepted": False, "stage": None, "reason": None, "checks": {}, "eager_ms": None,
               "compile_ms": None, "stage_s": {}}
     try:
