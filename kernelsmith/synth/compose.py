@@ -39,9 +39,9 @@ PROFILES = {
     # one that starts with a memory-bound one: 8x the elements. On an H100 the sizes above put 111 of 181
     # candidates below the 1 ms floor, the memory-bound ones at 0.03-0.3 ms (2026-12-05)
     "cuda-light": SizeProfile({
-        2: ((32768, 65536, 131072), (1024, 2048, 4096, 8192)),
-        3: ((32, 64, 128), (1024, 2048, 4096), (512, 1024, 2048)),
-        4: ((32, 64, 128), (32, 64, 128), (128, 256), (128, 256)),
+        2: ((32768, 65536, 131072), (4096, 8192, 16384)),
+        3: ((64, 128, 256), (1024, 2048, 4096), (1024, 2048)),
+        4: ((32, 64, 128), (32, 64, 128), (256, 512), (256, 512)),
     }),
     "cpu": SizeProfile({
         2: ((64, 128, 256), (64, 128, 256, 512)),
@@ -166,6 +166,33 @@ def profile_for(first: seeds.Seed, device: str) -> SizeProfile:
     return PROFILES[light] if first.name not in HEAVY and light in PROFILES else PROFILES[device]
 
 
+# Operators whose time is set by their arithmetic, not by the bytes they move.
+COMPUTE_BOUND = HEAVY | {"conv1d", "conv2d", "conv_transpose2d"}
+
+# The fastest any chain of memory-bound operators can run on the GPU the cuda sizes are for, in ms per GB
+# moved: the H200's measured copy bandwidth, 4.20 TB/s (docs/results.md). On an H100 eager ran such chains
+# at 0.34-3.8 ms per GB; 46 of the 70 candidates below the 1 ms floor there were memory-bound chains that
+# moved 0.13-2.7 GB (bench/results/h100-2026-12-05d). No devices here: the CPU's sizes are its profile's.
+FASTEST_MS_PER_GB = {"cuda": 0.238}
+
+
+def bytes_moved(graph: TaskGraph) -> int:
+    """What eager moves through memory when nothing is fused: every operator reads its operands and writes
+    its result once, four bytes an element."""
+    return 4 * sum(sum(math.prod(graph.shapes[o]) for o in n.operands) + math.prod(n.op.out_shape)
+                   for n in graph.nodes)
+
+
+def below_floor(graph: TaskGraph, device: str, floor_ms: float) -> bool:
+    """A chain of memory-bound operators too small to reach the window's floor even at the fastest rate
+    (FASTEST_MS_PER_GB). A sizing rule, not a check: the rubric times every task that passes it, and a
+    slow-per-byte operator (a cumsum, a rotary embedding) still comes, at the sizes that pass."""
+    rate = FASTEST_MS_PER_GB.get(device)
+    if rate is None or not floor_ms or any(n.op.seed in COMPUTE_BOUND for n in graph.nodes):
+        return False
+    return bytes_moved(graph) / 1e9 * rate < floor_ms
+
+
 MAX_ELEMENTS = {"cuda": 1 << 30, "cpu": 1 << 22}  # an intermediate beyond this is not a task for the device
 
 
@@ -205,6 +232,10 @@ class Candidate:
     graph: TaskGraph | None = None  # None for LLM-written tasks
 
 
+# The version of the rules that size a candidate: a run resumed under other rules would draw another
+# stream (run.SynthPlan.settings). 2: memory-bound chains below the window's floor are drawn again.
+SIZING = 2
+
 MAX_DRAWS = 50  # draws per candidate before its operator count is given up on
 
 
@@ -215,8 +246,9 @@ def task_name(index: int, ops: list[str]) -> str:
 class CombinatorialComposer:
     name = "combinatorial"
 
-    def __init__(self, seed: int, max_ops: int, device: str):
+    def __init__(self, seed: int, max_ops: int, device: str, floor_ms: float = 0.0):
         self.seed, self.max_ops, self.device = seed, max_ops, device
+        self.floor_ms = floor_ms  # the eager window's floor: memory-bound chains that cannot reach it are drawn again
 
     def candidates(self, skip=frozenset()):
         """The endless, deterministic stream of candidates for this seed (all drawn, those in skip
@@ -238,6 +270,8 @@ class CombinatorialComposer:
     def _draw(self, rng: random.Random, n_ops: int) -> TaskGraph | None:
         for _ in range(MAX_DRAWS):
             graph = compose_graph(rng, n_ops, self.device)
-            if graph is not None and verify_on_meta(graph) is None:
+            if graph is None or below_floor(graph, self.device, self.floor_ms):
+                continue
+            if verify_on_meta(graph) is None:
                 return graph
         return None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import kernelsmith
 from kernelsmith.errors import BadInput
-from kernelsmith.synth import decontaminate, rubric
+from kernelsmith.synth import compose, decontaminate, rubric
 from kernelsmith.synth.compose import Candidate, CombinatorialComposer, op_count_weights
 
 COMPOSERS = ("combinatorial", "anthropic", "openai")
@@ -47,7 +47,7 @@ class SynthPlan:
         """What a resumed run must share with the run it continues."""
         return {"seed": self.seed, "max_ops": self.max_ops, "device": self.device, "composer": self.composer,
                 "against": [str(p.resolve()) for p in self.against], "window_ms": list(self.window),
-                "threshold": self.threshold}
+                "threshold": self.threshold, "sizing": compose.SIZING}
 
 
 # --- checks of the plan (bad input: one line, exit 2) ---------------------------------------------
@@ -206,7 +206,7 @@ class Synthesis:
 
 def make_composer(plan: SynthPlan):
     if plan.composer == "combinatorial":
-        return CombinatorialComposer(plan.seed, plan.max_ops, plan.device)
+        return CombinatorialComposer(plan.seed, plan.max_ops, plan.device, plan.window[0])
     from kernelsmith.backends import create_backend
     from kernelsmith.config import load_settings
     from kernelsmith.synth.llm import LLMComposer
