@@ -147,6 +147,93 @@ def test_a_phased_job_computes_beside_others_and_has_the_gpu_alone_only_to_time(
     gpu_lock._GPUS = None
 
 
+COMPILING_WORKER = """
+import json, sys, time
+import torch
+from kernelsmith.harness import gpu_phase
+gpu_phase.claim()
+log = lambda what: print(json.dumps([what, time.time()]), flush=True)
+
+def f(x):
+    return torch.sin(x) * 2.0 + torch.cos(x).sum()
+
+log("compiling")
+with gpu_phase.unheld_while_compiling():
+    out = torch.compile(f, fullgraph=True)(torch.ones(64))
+log("ran")
+time.sleep(1.5)  # shared again, to the job's end
+log("done")
+"""
+
+
+def _hold_alone(events: list, name: str, started) -> threading.Thread:
+    """A profile-like job that asks for the GPU alone once `started` is set, and holds it 1 s."""
+    def hold():
+        started.wait(60)
+        time.sleep(0.2)
+        events.append([f"{name} asks", time.time()])
+        with runner.compute_lock({"kind": "profile", "device": "cuda", "job_id": name}):
+            events.append([f"{name} in", time.time()])
+            time.sleep(1.0)
+            events.append([f"{name} out", time.time()])
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    return thread
+
+
+def _run_compiling_worker(tmp_path, monkeypatch, job: dict):
+    """The worker's exit code and the events of it and of a profile that asked for the GPU as it compiled."""
+    import json
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("KERNELSMITH_COMPUTE_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # a cold compile: seconds long
+    monkeypatch.setattr(gpu_lock, "_GPUS", None)
+    channel = runner.PhaseChannel.for_job(job)
+    events, started = [], threading.Event()
+    env = {**runner._worker_env(job), "PYTHONPATH": str(Path(__file__).parents[1])}
+    with runner.compute_lock(job) as holder:
+        proc = subprocess.Popen([sys.executable, "-c", COMPILING_WORKER], pass_fds=job["pass_fds"], env=env,
+                                stdout=subprocess.PIPE, text=True)
+        for fd in job.pop("phase_fds"):
+            os.close(fd)
+        reader = threading.Thread(target=lambda: [events.append(json.loads(line)) or started.set()
+                                                  for line in proc.stdout])
+        reader.start()
+        profile = _hold_alone(events, "profile", started)
+        code = channel.serving(holder).wait(proc, 120)
+    started.set()
+    reader.join(10), profile.join(30)
+    channel.close()
+    gpu_lock._GPUS = None
+    return code, dict(events)
+
+
+def test_a_composed_task_holds_no_gpu_lock_while_torch_compile_generates_code(tmp_path, monkeypatch):
+    """A job waiting for the GPU alone waited for every rubric job's compile in flight (seconds of code
+    generation that run no GPU kernel): on an H100 the rubric's timing stage was 7 s a task, almost all
+    that wait. A trusted rubric job lets its hold go from dynamo's compile start to its end, and holds the
+    GPU shared again before the compiled code runs: the profile asked for during the compile gets the GPU
+    then, and the compiled code runs only once it has left."""
+    code, at = _run_compiling_worker(tmp_path, monkeypatch, {"kind": "rubric", "device": "cuda", "job_id": "r",
+                                                             "compile_unheld": True})
+    assert code == 0
+    assert at["compiling"] < at["profile asks"] < at["profile in"] < at["done"]  # not kept out by the whole job
+    assert not at["profile in"] < at["ran"] < at["profile out"]  # no compiled code ran beside its timing
+    assert at["ran"] >= at["profile out"] or at["profile in"] >= at["ran"]
+
+
+def test_an_untrusted_task_cannot_give_its_gpu_hold_away(tmp_path, monkeypatch):
+    """A task an LLM wrote runs in a job without "compile_unheld": asking to hold nothing ends its channel,
+    its worker fails, and the profile waits for the job's end."""
+    code, at = _run_compiling_worker(tmp_path, monkeypatch, {"kind": "rubric", "device": "cuda", "job_id": "r"})
+    assert code != 0 and "ran" not in at
+    assert at["profile in"] > at["compiling"]
+
+
 def test_without_the_pipes_a_phased_step_is_no_wait():
     """On the CPU, or a rubric run by hand, there is no parent to ask: the timing just runs."""
     from kernelsmith.harness import gpu_phase

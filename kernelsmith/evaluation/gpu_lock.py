@@ -21,7 +21,9 @@ so every GPU kernel of every job lies inside its hold.
   around each timing (harness/gpu_phase.py, runner.PhaseChannel); the parent lets the shared hold go,
   then takes the lock exclusive through the gate, and back. While it waits between the two it holds
   nothing and runs nothing (it is blocked on the pipe). So rubric jobs compile side by side and only
-  their timings queue, instead of each holding the GPU for its whole compile.
+  their timings queue, instead of each holding the GPU for its whole compile. A trusted one (a task
+  kernelsmith composed) holds nothing at all while torch.compile generates code, which runs no GPU
+  kernel (runner.PhaseChannel): otherwise a job asking for the GPU alone waits for every compile in flight.
 
 KERNELSMITH_GPU_SHARING=exclusive makes every job exclusive (one job per GPU, as before), for a side
 by side measurement or a GPU whose memory the lanes' verifies would not fit in together. The lock

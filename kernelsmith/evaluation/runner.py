@@ -340,7 +340,10 @@ def _await_ready(fd: int | None, timeout: float) -> float | None:
 class PhaseChannel:
     """The parent's end of a phased job's two pipes (gpu_lock.PHASED_JOBS, harness/gpu_phase.py): the
     worker writes "x" for the GPU alone or "s" for shared again, and reads one byte back once the parent
-    holds the GPU's lock so. Answered while the parent waits for the worker's exit (_wait)."""
+    holds the GPU's lock so. A job marked "compile_unheld" (a task kernelsmith composed, whose compile
+    runs no GPU kernel) may also write "n", to hold nothing while torch.compile generates code; from any
+    other job "n" ends the channel (its worker then fails), so an untrusted task cannot give its hold
+    away and compute beside another job's timing. Answered while the parent waits for the worker's exit."""
 
     def __init__(self, job: dict):
         self.requests, worker_w = os.pipe()
@@ -348,6 +351,7 @@ class PhaseChannel:
         job["phase_fds"] = (worker_w, worker_r)
         job["pass_fds"] = (*job.get("pass_fds", ()), worker_w, worker_r)
         self.holder: "gpu_lock.Switchable | None" = None
+        self.may_unhold = bool(job.get("compile_unheld"))
         self.alone_s = self.alone_wait_s = 0.0
         self._alone_since: float | None = None
 
@@ -371,7 +375,8 @@ class PhaseChannel:
             if left <= 0:
                 raise subprocess.TimeoutExpired(proc.args, timeout)
             if poller.poll(min(left, 0.25) * 1000) and not self._answer():
-                return proc.wait(timeout=max(deadline - time.monotonic(), 0.01))  # its end closed: exiting
+                self.close()  # its end closed (exiting), or a request out of protocol: blocked on an answer, it fails
+                return proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
         return proc.returncode
 
     def _answer(self) -> bool:
@@ -380,10 +385,13 @@ class PhaseChannel:
             asked = os.read(self.requests, 1)
         except OSError:
             return False
-        if asked not in (b"x", b"s"):
+        if asked not in (b"x", b"s", b"n") or (asked == b"n" and not self.may_unhold):
             return False
         start = time.perf_counter()
-        self.holder.take(share=asked == b"s")
+        if asked == b"n":
+            self.holder.release()
+        else:
+            self.holder.take(share=asked == b"s")
         if asked == b"x":
             self.alone_wait_s += time.perf_counter() - start
             self._alone_since = time.perf_counter()

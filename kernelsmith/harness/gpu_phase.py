@@ -3,8 +3,10 @@ runner.PhaseChannel). Synth's rubric compiles for seconds and times for a fracti
 the GPU alone for the whole job queued every compile behind every other; now only timings queue.
 
 The worker writes "x" and blocks until the parent answers, holding the GPU's lock exclusive; after
-the timing it writes "s" (shared again). Without the pipes (the CPU, a job run by hand) both are
-no-ops. The pipes only change this job's own hold, so code that reaches them (an LLM-written task)
+the timing it writes "s" (shared again). A trusted job (a task kernelsmith composed) also writes "n"
+while torch.compile traces and generates code, which runs no GPU kernel: it then holds nothing, so a
+job waiting for the GPU alone no longer waits for every compile in flight. Without the pipes (the CPU,
+a job run by hand) all are no-ops. The pipes only change this job's own hold, so code that reaches them (an LLM-written task)
 can make its own eager time unreliable or hold the GPU until its job's timeout, nothing more."""
 
 from __future__ import annotations
@@ -44,3 +46,30 @@ def alone():
         yield
     finally:
         _ask(b"s")
+
+
+def _dynamo(args: tuple) -> bool:
+    """Whether a compile callback is dynamo compiling a frame (not a lazy backward, an autotuning run or a
+    CUDA graph being recorded: those run GPU work). Versions of torch without the argument only had that one."""
+    trigger = getattr(args[0], "callback_trigger", None) if args else None
+    return trigger is None or trigger.name == "DYNAMO"
+
+
+@contextlib.contextmanager
+def unheld_while_compiling():
+    """In the block, while dynamo traces and inductor generates and compiles code (no GPU kernel runs then),
+    the job holds nothing; it holds the GPU shared again before the compiled code runs, and if the compile
+    fails. Only for a job its parent lets do so (runner.PhaseChannel: a trusted job), and only outside
+    alone(): a compile inside a timing would give the GPU away mid-timing."""
+    if not _FDS:
+        yield
+        return
+    from torch._dynamo.callback import callback_handler
+
+    start = callback_handler.register_start_callback(lambda *args: _dynamo(args) and _ask(b"n"))
+    end = callback_handler.register_end_callback(lambda *args: _dynamo(args) and _ask(b"s"))
+    try:
+        yield
+    finally:
+        callback_handler.remove_start_callback(start)
+        callback_handler.remove_end_callback(end)

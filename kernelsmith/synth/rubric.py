@@ -32,6 +32,7 @@ def rubric_job(path: Path, device: str, window_ms: tuple[float, float], threads:
            "device": device, "window_ms": list(window_ms), "threads": threads}
     if trusted:  # a task an LLM wrote could leave compiled code there for the next job to load
         job["out_dir"] = job["inductor_cache"] = str(inductor_cache_dir())  # out_dir: writable in the jail
+        job["compile_unheld"] = True  # and could give its GPU hold away (runner.PhaseChannel)
     return job
 
 
