@@ -55,6 +55,15 @@ def _dynamo(args: tuple) -> bool:
     return trigger is None or trigger.name == "DYNAMO"
 
 
+def _let_go() -> None:
+    """Hold nothing, once every kernel this job queued has finished (the weights just made, say)."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    _ask(b"n")
+
+
 @contextlib.contextmanager
 def unheld_while_compiling():
     """In the block, while dynamo traces and inductor generates and compiles code (no GPU kernel runs then),
@@ -66,7 +75,7 @@ def unheld_while_compiling():
         return
     from torch._dynamo.callback import callback_handler
 
-    start = callback_handler.register_start_callback(lambda *args: _dynamo(args) and _ask(b"n"))
+    start = callback_handler.register_start_callback(lambda *args: _dynamo(args) and _let_go())
     end = callback_handler.register_end_callback(lambda *args: _dynamo(args) and _ask(b"s"))
     try:
         yield
