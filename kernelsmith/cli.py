@@ -332,6 +332,9 @@ def bench(paths: List[Path] = typer.Argument(None, help="task files or folders (
           eval_only: bool = typer.Option(False, "--eval-only", help="score existing ModelNew files"),
           report: Optional[Path] = typer.Option(None, "--report", help="re-render the report of a bench folder"),
           lint: bool = typer.Option(True, "--lint/--no-lint", help="lint every task first"),
+          sample: Optional[int] = typer.Option(None, "--sample", help="a random N of the tasks (seeded: "
+                                               "--sample-seed; the same N on a --resume)"),
+          sample_seed: int = typer.Option(0, "--sample-seed"),
           baselines_cache: Optional[Path] = typer.Option(
               None, "--baselines-cache",
               help="compile-baseline cache shared by all sessions (default OUT/baselines.json; "
@@ -349,12 +352,14 @@ def bench(paths: List[Path] = typer.Argument(None, help="task files or folders (
     opts = _options(settings.device, settings.precision)
     plan = bench_mod.BenchPlan(settings, opts.device, out.resolve(), runs, workers, resume, lint,
                                meta=_bench_meta(settings, opts.device, runs, sandbox))
+    if sample is not None:
+        plan.meta.update(sample=sample, sample_seed=sample_seed)
     import contextlib
 
     if evals_per_gpu < 1:
         raise BadInput(f"--evals-per-gpu must be at least 1, not {evals_per_gpu}")
     with contextlib.closing(_make_sandbox(sandbox, opts.device, ray_address, evals_per_gpu)) as pool:
-        rows = _bench_rows(bench_mod, plan, paths or [], pool, eval_only)
+        rows = _bench_rows(bench_mod, plan, paths or [], pool, eval_only, (sample, sample_seed))
     _render_bench(rows, plan.out, plan.meta)
 
 
@@ -391,14 +396,14 @@ def _make_sandbox(kind: str, device: str, ray_address: Optional[str], evals_per_
     raise BadInput(f"unknown --sandbox {kind!r}", hint="local or ray")
 
 
-def _bench_rows(bench_mod, plan, paths: list[Path], pool, eval_only: bool) -> list[dict]:
+def _bench_rows(bench_mod, plan, paths: list[Path], pool, eval_only: bool, sample=(None, 0)) -> list[dict]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     if eval_only and len(paths) != 2:
         raise BadInput("--eval-only takes two paths: REFERENCES CANDIDATES")
     if not paths:
         raise BadInput("give task files or folders")
-    tasks = None if eval_only else bench_mod.task_files(paths)
+    tasks = None if eval_only else bench_mod.sample_tasks(bench_mod.task_files(paths), *sample)
     total = len(bench_mod.task_files(paths[:1])) if eval_only else len(tasks) * plan.runs
     counts = {"correct": 0, "faster": 0}
     columns = [TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),

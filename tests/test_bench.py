@@ -208,3 +208,23 @@ def test_ctrl_c_ends_the_running_session_at_its_turn_and_resume_continues_that_s
     final = json.loads((out / "rows.jsonl").read_text().splitlines()[-1])
     assert final["task"] == second["task"] and final["status"] == "done" and final["correct"]
     assert final["session_id"] == second["session_id"] and final["turns"] == 3  # the same session, continued
+
+
+def test_a_sample_is_the_same_random_tasks_for_a_seed_in_their_order(tmp_path):
+    """`--sample N` benches a random N of a task set (issue 18: the built-in policy over 50 synthesized
+    tasks); a --resume with the same flags must draw the same N."""
+    from kernelsmith.bench import sample_tasks
+
+    files = [tmp_path / f"{i:03d}.py" for i in range(40)]
+    first, again = sample_tasks(files, 5, seed=0), sample_tasks(files, 5, seed=0)
+    assert first == again and len(set(first)) == 5 and set(first) <= set(files)
+    assert first == sorted(first)  # the task set's order, whatever the draw's
+    assert first != sample_tasks(files, 5, seed=1) and sample_tasks(files, None) == files
+
+
+@pytest.mark.parametrize("sample, message", [("3", "only 2 task files"), ("0", "at least 1")])
+def test_a_sample_larger_than_the_set_is_one_line_and_exit_2(task_set, tmp_path, sample, message):
+    proc = ks("bench", task_set / "tasks", "--backend", "scripted", "--script", task_set / "script.json",
+              "--device", "cpu", "--out", tmp_path / "out", "--sample", sample, "--no-lint")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 2
