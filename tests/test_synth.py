@@ -76,6 +76,19 @@ def test_each_task_loads_with_the_task_loader_and_runs(first_run):
         assert report["outputs"] and not report["warnings"], (path.name, report["warnings"])
 
 
+def test_bench_takes_the_output_folder_as_it_is(first_run, tmp_path):
+    """The issue's integration: `kernelsmith bench DIR/tasks` runs the built-in policy on synthesized tasks
+    (here one, drawn by --sample), each a session in its own workdir, verified by the harness."""
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, "-m", "kernelsmith.cli", "bench", str(first_run / "tasks"), "--backend",
+                           "builtin", "--device", "cpu", "--max-turns", "3", "--sample", "1", "--no-lint",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["status"] == "done" and rows[0]["correct"], rows
+    assert (first_run / "tasks" / f"{rows[0]['task']}.py").is_file()
+
+
 def test_the_same_seed_gives_the_same_files_and_manifest(first_run, eval_dir, tmp_path):
     again = tmp_path / "again"
     assert main(synth_args(again, eval_dir)) == 0
