@@ -55,6 +55,29 @@ def task_files(paths: list[Path]) -> list[Path]:
     return files
 
 
+SAMPLE_FILE = "sample.json"
+
+
+def kept_sample(out: Path, count: int | None, seed: int, resume: bool) -> tuple[int | None, int]:
+    """The (count, seed) of this bench's sample: a --resume keeps its bench's, given again or not; another
+    is bad input. A bench with a sample records it in OUT, for its resume."""
+    path = out / SAMPLE_FILE
+    stored = json.loads(path.read_text()) if resume and path.is_file() else None
+    if stored and count is not None and [count, seed] != [stored["sample"], stored["seed"]]:
+        raise BadInput(f"--resume with --sample {count} --sample-seed {seed}; the bench in {out} drew "
+                       f"--sample {stored['sample']} --sample-seed {stored['seed']}")
+    if stored:
+        return stored["sample"], stored["seed"]
+    if count is not None and count < 1:
+        raise BadInput(f"--sample must be at least 1, not {count}")
+    if count is not None and not resume and path.is_file():
+        raise BadInput(f"{out} already holds a bench", hint="pass --resume to continue it, or another --out")
+    if count is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"sample": count, "seed": seed}))
+    return count, seed
+
+
 def sample_tasks(files: list[Path], count: int | None, seed: int = 0) -> list[Path]:
     """`count` of the files drawn at random under `seed` (the same draw on a --resume), in their order;
     all of them when count is None."""

@@ -333,7 +333,7 @@ def bench(paths: List[Path] = typer.Argument(None, help="task files or folders (
           report: Optional[Path] = typer.Option(None, "--report", help="re-render the report of a bench folder"),
           lint: bool = typer.Option(True, "--lint/--no-lint", help="lint every task first"),
           sample: Optional[int] = typer.Option(None, "--sample", help="a random N of the tasks (seeded: "
-                                               "--sample-seed; the same N on a --resume)"),
+                                               "--sample-seed; a --resume keeps its bench's)"),
           sample_seed: int = typer.Option(0, "--sample-seed"),
           baselines_cache: Optional[Path] = typer.Option(
               None, "--baselines-cache",
@@ -352,6 +352,7 @@ def bench(paths: List[Path] = typer.Argument(None, help="task files or folders (
     opts = _options(settings.device, settings.precision)
     plan = bench_mod.BenchPlan(settings, opts.device, out.resolve(), runs, workers, resume, lint,
                                meta=_bench_meta(settings, opts.device, runs, sandbox))
+    sample, sample_seed = bench_mod.kept_sample(plan.out, sample, sample_seed, resume and not eval_only)
     if sample is not None:
         plan.meta.update(sample=sample, sample_seed=sample_seed)
     import contextlib

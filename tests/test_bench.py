@@ -228,3 +228,20 @@ def test_a_sample_larger_than_the_set_is_one_line_and_exit_2(task_set, tmp_path,
               "--device", "cpu", "--out", tmp_path / "out", "--sample", sample, "--no-lint")
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) <= 2
+
+
+def test_a_resumed_bench_keeps_its_sample_and_refuses_another(tmp_path):
+    """A --resume without --sample would bench every task of a 2,000-task set: it draws its bench's
+    sample again. Given another sample it is bad input, and a new bench never overwrites a bench's record."""
+    from kernelsmith.bench import kept_sample
+    from kernelsmith.errors import BadInput
+
+    out = tmp_path / "out"
+    assert kept_sample(out, 5, 3, resume=False) == (5, 3)
+    assert kept_sample(out, None, 0, resume=True) == (5, 3)
+    assert kept_sample(out, 5, 3, resume=True) == (5, 3)
+    with pytest.raises(BadInput, match="drew --sample 5 --sample-seed 3"):
+        kept_sample(out, 6, 3, resume=True)
+    with pytest.raises(BadInput, match="already holds a bench"):
+        kept_sample(out, 7, 0, resume=False)
+    assert kept_sample(tmp_path / "plain", None, 0, resume=True) == (None, 0)  # no sample: every task
