@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import HONEST
+from kernelsmith.evaluation import checks
 from kernelsmith.harness.compare import compare
 from kernelsmith.evaluation.reward import RewardThresholds, milestone_reward
 
@@ -80,6 +81,76 @@ def test_stale_answers_only_inside_timed_runs_are_caught_by_the_checksums(candid
     '''), profile=True, min_runs=30)
     assert not result.clean and result.reward == -1
     assert any("wrong output at a timed run" in v and "checksum" in v for v in result.violations), result.violations
+
+
+SLOW_AXPB = '''
+def slow(x, b):
+    for _ in range(40):  # about 1 ms of one core's work: large beside the parent's clock's noise
+        y = kernel("axpb", x, b)
+    return y
+'''
+
+
+def test_answers_computed_on_a_thread_beside_the_harness_loop_are_charged(candidate, run_eval):
+    """The candidate patches nothing: a profile hook (sys.setprofile, read only) sees the harness's input
+    draw return for a candidate's run, and a thread of its own computes the answer while the harness
+    flushes the cache on its thread; the timed call only hands it over. Where a core is free that lengthens
+    no cycle of the parent's clock; the CPU time of threads the worker did not have before the candidate
+    was imported shows it (ParentClock.foreign_cpu), and is charged."""
+    honest = run_eval(candidate(SLOW_AXPB + '''
+class ModelNew(Base):
+    def forward(self, x):
+        return slow(x, self.bias)
+'''), profile=True, min_runs=30)
+    attack = run_eval(candidate(SLOW_AXPB + '''
+import concurrent.futures
+import sys
+
+_thread = concurrent.futures.ThreadPoolExecutor(1)
+_ready, _me = {}, []
+
+
+def _hook(frame, event, arg):
+    if event != "return" or frame.f_code.co_name != "next" or not _me:
+        return
+    caller = frame.f_back
+    if caller is not None and caller.f_code.co_name == "interleave" and caller.f_locals.get("name") == "candidate":
+        _ready[arg[0].data_ptr()] = (arg[0], _thread.submit(slow, arg[0], _me[0].bias.detach()))
+
+
+sys.setprofile(_hook)
+
+
+class ModelNew(Base):
+    def __init__(self, n):
+        super().__init__(n)
+        _me[:] = [self]
+
+    def forward(self, x):
+        got = _ready.pop(x.data_ptr(), None)
+        if got is not None and got[0] is x:
+            return got[1].result()
+        return slow(x, self.bias)
+'''), profile=True, min_runs=30)
+    assert honest.clean and attack.correct, (honest.violations, attack.violations)
+    # the two profiles ran one after the other on a machine the test runner keeps busy: loose bounds
+    work = honest.timings_ms["candidate"]
+    assert attack.timings_ms["candidate_reported"] < 0.5 * work  # its own timer saw only the hand-over
+    assert attack.clock["foreign_cpu_extra_ms"] > 0.3 * work, (attack.clock, work)
+    assert attack.timings_ms["candidate"] > 0.6 * work, (attack.timings_ms, work)  # charged back
+    assert honest.clock["foreign_cpu_extra_ms"] < 0.1 * work
+
+
+def test_foreign_cpu_is_charged_by_its_shift_over_eagers_gaps_beyond_noise():
+    """Threads spinning after the candidate's run land in the next gap, whoever's it is: no charge. Work
+    before every candidate run: charged, less two sigmas of the shift."""
+    rng = random.Random(5)
+    spin = [rng.choice([0.0, 0.3]) for _ in range(60)]
+    assert checks.foreign_cpu_charge({"candidate": spin[:30], "eager": spin[30:]}) < 0.15
+    moved = {"candidate": [1.0 + rng.gauss(0, 0.02) for _ in range(30)], "eager": [rng.gauss(0, 0.02) for _ in range(30)]}
+    assert 0.9 < checks.foreign_cpu_charge(moved) < 1.0
+    assert checks.foreign_cpu_charge({"candidate": [1.0] * 3, "eager": [0.0] * 3}) == 0.0  # too few to say
+    assert checks.unreported_time({"batches": {}}, None, None, None, moved) > 0.9
 
 
 FALLBACK_AFTER_VERIFY = '''
@@ -476,7 +547,7 @@ def test_eagers_bracket_growth_is_a_reading_never_a_charge():
     calibration = [(c, 0.1) for c in noisy(1.0, 64)]
     cycles = {"candidate": noisy(0.95, 100), "eager": noisy(1.0, 100)}  # the same harness work around each
     slower = {"candidate": tight(0.14, 100), "eager": tight(0.19 + 0.08, 100)}  # eager slowed, as on the H100
-    read = checks.clock_readings({"batches": host}, slower, cycles, calibration, tight(0.19, 64))
+    read = checks.clock_readings({"batches": host}, slower, cycles, calibration, calibration_brackets=tight(0.19, 64))
     assert 0.075 < read["bracket_growth_ms"] < 0.085 and read["bracket_growth_noise_ms"] < 0.003
     assert read["growth_noise_ms"] > 0.01  # the cycles' noise, which the charge is judged against
     assert checks.unreported_time({"batches": host}, slower, cycles, calibration) == 0.0

@@ -93,7 +93,8 @@ def _extra_time(reported: dict, parent: dict, sigmas: float) -> tuple[float, flo
 
 
 def unreported_time(prof: dict, parent: dict[str, list[float]], cycles: dict[str, list[float]] | None = None,
-                    calibration: list[tuple[float, float]] | None = None) -> float:
+                    calibration: list[tuple[float, float]] | None = None,
+                    foreign: dict[str, list[float]] | None = None) -> float:
     """Milliseconds per timed run to charge to the candidate: its work outside the timed window that the
     parent's clock saw (beyond eager's harness work in the same brackets, beyond the clock's noise).
 
@@ -105,10 +106,30 @@ def unreported_time(prof: dict, parent: dict[str, list[float]], cycles: dict[str
     inputs and flushes the cache: an answer computed as the inputs are made (a patched input pool) is
     charged too. Between runs both contenders' harness work is alike, so only the shift counts. Work the
     candidate moves into that loop for both contenders alike cancels in the shift; `calibration` (eager's
-    cycles before the candidate existed in the worker) shows it, and harness_growth charges it as well."""
+    cycles before the candidate existed in the worker) shows it, and harness_growth charges it as well.
+    `foreign` (ParentClock.foreign_cpu) is the CPU time threads the harness did not start spent in each
+    run's gap: work run beside the loop, on another core, which lengthens no cycle (foreign_cpu_charge)."""
     reported = prof.get("batches") or {}
     charges = [_charge(reported, timed) for timed in (parent, cycles) if timed]
+    charges.append(foreign_cpu_charge(foreign or {}))
     return max(charges, default=0.0) + harness_growth(calibration or [], cycles or {})
+
+
+def foreign_cpu_charge(foreign: dict[str, list[float]]) -> float:
+    """CPU milliseconds per run that threads the worker did not have before the candidate was imported spent
+    in the gaps before the candidate's timed runs, beyond the gaps before eager's, beyond noise.
+
+    A thread of the candidate's that computes each answer as the harness draws the inputs, while the harness
+    flushes the cache on its own thread, finishes before the timed call and lengthens no cycle where a core
+    is free (on 2 cores it did by part of its work: 0.58 ms charged of about 1 ms moved, 2026-12-05). Its CPU
+    time shows all the same. The candidate's OpenMP threads spinning after its run land in the next gap,
+    whichever contender's it is, so they cancel in the shift; CPU time is charged as time, the most the
+    moved work could have taken had it run in the window, one thread after another."""
+    cand, eager = foreign.get("candidate") or [], foreign.get("eager") or []
+    if len(cand) < 4 or len(eager) < 4:
+        return 0.0
+    noise = CHARGE_SIGMAS * (_sigma(cand) + _sigma(eager)) / min(len(cand), len(eager)) ** 0.5
+    return max(0.0, _shift(cand, eager) - noise)
 
 
 def _charge(reported: dict, timed: dict[str, list[float]]) -> float:
@@ -149,7 +170,7 @@ def _eager_brackets(before: list[float], after: list[float]) -> tuple[list, list
     return (before[1:], after) if len(before) >= 5 and len(after) >= 4 else None
 
 
-def clock_readings(prof: dict, parent: dict, cycles: dict, calibration: list,
+def clock_readings(prof: dict, parent: dict, cycles: dict, calibration: list, foreign: dict | None = None,
                    calibration_brackets: list | None = None) -> dict[str, float]:
     """What the parent's clock measured, in ms per run, each beside the noise it was judged against: the
     candidate's bracket and cycle time beyond eager's, and eager's cycle growth over the calibration. A
@@ -159,6 +180,9 @@ def clock_readings(prof: dict, parent: dict, cycles: dict, calibration: list,
         if timed and _paired(reported, timed):
             extra, noise = _extra_time(reported, timed, CHARGE_SIGMAS)
             readings.update({f"{name}_extra_ms": extra, f"{name}_noise_ms": noise})
+    cand, others = (foreign or {}).get("candidate") or [], (foreign or {}).get("eager") or []
+    if cand and others:
+        readings["foreign_cpu_extra_ms"] = _shift(cand, others)
     eager = _eager_cycles(calibration or [], cycles or {})
     if eager is not None:
         readings.update({"growth_ms": _shift(eager[1], eager[0]), "growth_noise_ms": _noise(*eager, CHARGE_SIGMAS)})

@@ -298,7 +298,7 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
     record_phases(result, "profile.worker", prof.get("phases"))
     apply_profile(prof, result)
     _violation(result, checks.clock_disagreement(prof, clock.batches))
-    seen = (prof, clock.batches, clock.cycles, clock.calibration)
+    seen = (prof, clock.batches, clock.cycles, clock.calibration, clock.foreign_cpu)
     charge_unreported(result, checks.unreported_time(*seen))
     result.clock = checks.clock_readings(*seen, clock.calibration_brackets)
     _violation(result, checks.helper_processes(clock))

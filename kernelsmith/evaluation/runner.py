@@ -98,6 +98,24 @@ def _tree_and_reaped(root: int) -> tuple[list[int], int]:
     return tree, reaped
 
 
+def _thread_cpu_ns(pids: list[int]) -> dict[int, int]:
+    """Nanoseconds each thread of these processes has run on a CPU (/proc/PID/task/TID/schedstat), by TID;
+    {} where the kernel keeps no such count."""
+    spent = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    spent[int(tid)] = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return spent
+
+
 def _command(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip() or "?"
@@ -451,6 +469,11 @@ class ParentClock:
         self.short_lived = 0  # brackets in which a child of the worker's tree ran and was reaped
         self.tree: list[int] = []  # the worker's processes at the latest census
         self.loads = loads.LoadCensus()  # what those processes map, read between the candidate's brackets
+        # CPU ms that threads the harness did not have spent between the previous bracket and each timed run,
+        # per contender: work run beside the harness's loop, on another core, lengthens no cycle
+        self.foreign_cpu: dict[str, list[float]] = {}
+        self._harness_tids: set[int] | None = None  # the worker's threads once calibrated (no candidate code yet)
+        self._foreign_at_done: dict[int, int] | None = None
 
     def census(self, pid: int, jailed: bool) -> None:
         """Count the worker's processes around each timed batch: in the jail bwrap, the namespace's init and
@@ -506,6 +529,7 @@ class ParentClock:
                     self._draw(go_w)
                 elif line == b"calibrated\n" and self.calibrating:
                     self.calibrating, self._last_done = False, None  # the candidate's import is no run's cycle
+                    self._harness_tids = set(_thread_cpu_ns(self.tree))
                 elif not (line.startswith(b"ready ") and self._batch(line, reports, go_w)):
                     return
 
@@ -523,6 +547,7 @@ class ParentClock:
             return False
         judged = not calibration  # no candidate code exists in the worker during calibration
         reaped = self._count(judged)  # before and after every bracket, never inside it: all brackets alike
+        self._foreign_gap(name, judged)
         start = time.perf_counter()
         os.write(go_w, b"g")
         timed_ms = _done(reports.readline(), calibration)
@@ -537,12 +562,31 @@ class ParentClock:
         else:
             self.batches.setdefault(name, []).append((done - start) * 1e3)
             self.cycles.setdefault(name, []).append(cycle_ms)
+        self._foreign_done(judged)
         # this process's work between runs (the census below) lands in the next run's cycle: calibration
         # runs do it too, so that eager's cycles before and after the candidate's import hold the same
         if self._count(judged) > reaped and judged:  # a process started and ended inside the bracket
             self.short_lived += 1
         self.loads.after_run(self.tree, name == "candidate")  # after the bracket, like the count: what it maps
         return True
+
+    def _foreign_gap(self, name: str, judged: bool) -> None:
+        """Before a judged bracket: the CPU its foreign threads spent since the last one ended, to this run."""
+        if not judged or self._harness_tids is None:
+            return
+        now = _foreign(_thread_cpu_ns(self.tree), self._harness_tids)
+        if self._foreign_at_done is not None:  # the first judged run's gap holds the candidate's import: none
+            gap = sum(ns - self._foreign_at_done.get(tid, 0) for tid, ns in now.items())
+            self.foreign_cpu.setdefault(name, []).append(gap / 1e6)
+
+    def _foreign_done(self, judged: bool) -> None:
+        if judged and self._harness_tids is not None:
+            self._foreign_at_done = _foreign(_thread_cpu_ns(self.tree), self._harness_tids)
+
+
+def _foreign(spent: dict[int, int], harness: set[int]) -> dict[int, int]:
+    """The threads the worker did not have when calibrated: the candidate's, or started for it."""
+    return {tid: ns for tid, ns in spent.items() if tid not in harness}
 
 
 def _done(line: bytes, calibration: bool) -> float | None:
