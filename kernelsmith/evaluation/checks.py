@@ -94,7 +94,8 @@ def _extra_time(reported: dict, parent: dict, sigmas: float) -> tuple[float, flo
 
 def unreported_time(prof: dict, parent: dict[str, list[float]], cycles: dict[str, list[float]] | None = None,
                     calibration: list[tuple[float, float]] | None = None,
-                    foreign: dict[str, list[float]] | None = None) -> float:
+                    foreign: dict[str, list[float]] | None = None,
+                    foreign_after: dict[str, list[float]] | None = None) -> float:
     """Milliseconds per timed run to charge to the candidate: its work outside the timed window that the
     parent's clock saw (beyond eager's harness work in the same brackets, beyond the clock's noise).
 
@@ -111,11 +112,11 @@ def unreported_time(prof: dict, parent: dict[str, list[float]], cycles: dict[str
     run's gap: work run beside the loop, on another core, which lengthens no cycle (foreign_cpu_charge)."""
     reported = prof.get("batches") or {}
     charges = [_charge(reported, timed) for timed in (parent, cycles) if timed]
-    charges.append(foreign_cpu_charge(foreign or {}))
+    charges.append(foreign_cpu_charge(foreign or {}, foreign_after or {}))
     return max(charges, default=0.0) + harness_growth(calibration or [], cycles or {})
 
 
-def foreign_cpu_charge(foreign: dict[str, list[float]]) -> float:
+def foreign_cpu_charge(foreign: dict[str, list[float]], after: dict[str, list[float]] | None = None) -> float:
     """CPU milliseconds per run that threads the worker did not have before the candidate was imported spent
     in the gaps before the candidate's timed runs, beyond the gaps before eager's, beyond noise.
 
@@ -124,12 +125,33 @@ def foreign_cpu_charge(foreign: dict[str, list[float]]) -> float:
     is free (on 2 cores it did by part of its work: 0.58 ms charged of about 1 ms moved, 2026-12-05). Its CPU
     time shows all the same. The candidate's OpenMP threads spinning after its run land in the next gap,
     whichever contender's it is, so they cancel in the shift; CPU time is charged as time, the most the
-    moved work could have taken had it run in the window, one thread after another."""
+    moved work could have taken had it run in the window, one thread after another.
+
+    A candidate that computes for eager's draws too (wasted work, free on a spare core) cancels in that shift;
+    `after` (ParentClock.foreign_after) catches it: see after_eager_charge."""
+    return max(_foreign_shift(foreign), after_eager_charge(after or {}, foreign))
+
+
+def _foreign_shift(foreign: dict[str, list[float]]) -> float:
     cand, eager = foreign.get("candidate") or [], foreign.get("eager") or []
     if len(cand) < 4 or len(eager) < 4:
         return 0.0
     noise = CHARGE_SIGMAS * (_sigma(cand) + _sigma(eager)) / min(len(cand), len(eager)) ** 0.5
     return max(0.0, _shift(cand, eager) - noise)
+
+
+def after_eager_charge(after: dict[str, list[float]], foreign: dict[str, list[float]]) -> float:
+    """CPU ms per candidate run that the candidate's threads spent in the gaps right after eager's runs.
+
+    Those threads had none before its import, and no spin of theirs after a run of the candidate's reaches
+    past the next gap, so all of their CPU there is work, whichever contender's run came next: its mean,
+    less two standard errors, times the gaps per candidate run (every gap holds it alike, or only those
+    before the candidate's runs, half of them)."""
+    gaps, runs = after.get("eager") or [], len(foreign.get("candidate") or [])
+    if len(gaps) < 4 or not runs:
+        return 0.0
+    noise = CHARGE_SIGMAS * statistics.pstdev(gaps) / len(gaps) ** 0.5
+    return max(0.0, statistics.fmean(gaps) - noise) * sum(map(len, foreign.values())) / runs
 
 
 def _charge(reported: dict, timed: dict[str, list[float]]) -> float:
@@ -171,7 +193,7 @@ def _eager_brackets(before: list[float], after: list[float]) -> tuple[list, list
 
 
 def clock_readings(prof: dict, parent: dict, cycles: dict, calibration: list, foreign: dict | None = None,
-                   calibration_brackets: list | None = None) -> dict[str, float]:
+                   foreign_after: dict | None = None, calibration_brackets: list | None = None) -> dict[str, float]:
     """What the parent's clock measured, in ms per run, each beside the noise it was judged against: the
     candidate's bracket and cycle time beyond eager's, and eager's cycle growth over the calibration. A
     result keeps them (EvalResult.clock), so a charge, or the lack of one, can be read against its noise."""
@@ -183,6 +205,9 @@ def clock_readings(prof: dict, parent: dict, cycles: dict, calibration: list, fo
     cand, others = (foreign or {}).get("candidate") or [], (foreign or {}).get("eager") or []
     if cand and others:
         readings["foreign_cpu_extra_ms"] = _shift(cand, others)
+    after_eager = (foreign_after or {}).get("eager") or []
+    if after_eager:
+        readings["foreign_cpu_after_eager_ms"] = statistics.fmean(after_eager)
     eager = _eager_cycles(calibration or [], cycles or {})
     if eager is not None:
         readings.update({"growth_ms": _shift(eager[1], eager[0]), "growth_noise_ms": _noise(*eager, CHARGE_SIGMAS)})

@@ -298,9 +298,9 @@ def _profile_with(reference: Path, opts: EvalOptions, result: EvalResult, job: d
     record_phases(result, "profile.worker", prof.get("phases"))
     apply_profile(prof, result)
     _violation(result, checks.clock_disagreement(prof, clock.batches))
-    seen = (prof, clock.batches, clock.cycles, clock.calibration, clock.foreign_cpu)
+    seen = (prof, clock.batches, clock.cycles, clock.calibration, clock.foreign_cpu, clock.foreign_after)
     charge_unreported(result, checks.unreported_time(*seen))
-    result.clock = checks.clock_readings(*seen, clock.calibration_brackets)
+    result.clock = checks.clock_readings(*seen, calibration_brackets=clock.calibration_brackets)
     _violation(result, checks.helper_processes(clock))
     _violation(result, clock.loads.violation())  # what the worker mapped, read by this process (loads.py)
     if not result.violations:

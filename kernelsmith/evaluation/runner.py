@@ -472,6 +472,8 @@ class ParentClock:
         # CPU ms that threads the harness did not have spent between the previous bracket and each timed run,
         # per contender: work run beside the harness's loop, on another core, lengthens no cycle
         self.foreign_cpu: dict[str, list[float]] = {}
+        self.foreign_after: dict[str, list[float]] = {}  # the same gaps, by the contender of the run before
+        self._previous: str | None = None
         self._harness_tids: set[int] | None = None  # the worker's threads once calibrated (no candidate code yet)
         self._foreign_at_done: dict[int, int] | None = None
 
@@ -576,8 +578,10 @@ class ParentClock:
             return
         now = _foreign(_thread_cpu_ns(self.tree), self._harness_tids)
         if self._foreign_at_done is not None:  # the first judged run's gap holds the candidate's import: none
-            gap = sum(ns - self._foreign_at_done.get(tid, 0) for tid, ns in now.items())
-            self.foreign_cpu.setdefault(name, []).append(gap / 1e6)
+            gap = sum(ns - self._foreign_at_done.get(tid, 0) for tid, ns in now.items()) / 1e6
+            self.foreign_cpu.setdefault(name, []).append(gap)
+            self.foreign_after.setdefault(self._previous, []).append(gap)
+        self._previous = name
 
     def _foreign_done(self, judged: bool) -> None:
         if judged and self._harness_tids is not None:
