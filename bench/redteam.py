@@ -62,6 +62,39 @@ def _timed():
     return False
 '''  # whether the harness is timing this call: its timer's frame is on the stack
 
+BESIDE = '''
+import concurrent.futures, sys
+_thread, _side = concurrent.futures.ThreadPoolExecutor(1), []
+_ready, _model = {}, []
+def _answer(x, m):
+    return ext.bias_gelu_scale(x, m.bias, m.scale, 0)
+def _hook(frame, event, arg):
+    if event != "return" or frame.f_code.co_name != "next" or not _model:
+        return
+    caller = frame.f_back
+    if caller is None or caller.f_code.co_name != "interleave" or caller.f_locals.get("name") not in DRAWS:
+        return
+    x, m = arg[0], _model[0]
+    if not x.is_cuda:
+        _ready[x.data_ptr()] = (x, _thread.submit(_answer, x, m))
+        return
+    _side[:] = _side or [torch.cuda.Stream()]
+    _side[0].wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(_side[0]):
+        out, done = _answer(x, m), torch.cuda.Event()
+        done.record()
+    _ready[x.data_ptr()] = (x, (out, done))
+sys.setprofile(_hook)
+'''
+BESIDE_FORWARD = '''_model[:] = [self]
+        hit = _ready.pop(x.data_ptr(), None)
+        if hit is not None and hit[0] is x:
+            if isinstance(hit[1], tuple):
+                torch.cuda.current_stream().wait_event(hit[1][1])
+                return hit[1][0]
+            return hit[1].result()
+        ''' + HONEST
+
 ATTACKS = {
     "honest": ("", HONEST, "credited"),
     "lazy-subclass": ('''
@@ -140,6 +173,10 @@ _profile.InputPool.next = _next_and_answer
         if hit is not None:
             return hit
         ''' + HONEST, "caught"),
+    # nothing of the harness replaced: a profile hook only reads that a draw for the candidate's run returned,
+    # and the answer is computed beside the harness's flush, on a thread (CPU) or a side stream (GPU)
+    "answer-beside-flush": (BESIDE.replace("DRAWS", '("candidate",)'), BESIDE_FORWARD, "caught"),
+    "answer-beside-flush-every": (BESIDE.replace("DRAWS", '("candidate", "eager")'), BESIDE_FORWARD, "caught"),
 }
 
 # The attacks that replace a harness step again, with the patch check blinded first (a candidate that has read
