@@ -573,10 +573,13 @@ class ParentClock:
         return True
 
     def _foreign_gap(self, name: str, judged: bool) -> None:
-        """Before a judged bracket: the CPU its foreign threads spent since the last one ended, to this run."""
+        """Before a judged bracket: the CPU its foreign threads spent since the last one ended, to this run.
+        Read around calibration runs too, unrecorded: every cycle holds the reads' cost, so eager's cycles
+        after the candidate's import do not grow by it over the calibration's (harness_growth)."""
+        spent = _thread_cpu_ns(self.tree)
         if not judged or self._harness_tids is None:
             return
-        now = _foreign(_thread_cpu_ns(self.tree), self._harness_tids)
+        now = _foreign(spent, self._harness_tids)
         if self._foreign_at_done is not None:  # the first judged run's gap holds the candidate's import: none
             gap = sum(ns - self._foreign_at_done.get(tid, 0) for tid, ns in now.items()) / 1e6
             self.foreign_cpu.setdefault(name, []).append(gap)
@@ -584,8 +587,9 @@ class ParentClock:
         self._previous = name
 
     def _foreign_done(self, judged: bool) -> None:
+        spent = _thread_cpu_ns(self.tree)
         if judged and self._harness_tids is not None:
-            self._foreign_at_done = _foreign(_thread_cpu_ns(self.tree), self._harness_tids)
+            self._foreign_at_done = _foreign(spent, self._harness_tids)
 
 
 def _foreign(spent: dict[int, int], harness: set[int]) -> dict[int, int]:
