@@ -63,19 +63,24 @@ def kept_sample(out: Path, count: int | None, seed: int, resume: bool) -> tuple[
     is bad input. A bench with a sample records it in OUT, for its resume."""
     path = out / SAMPLE_FILE
     stored = json.loads(path.read_text()) if resume and path.is_file() else None
-    if stored and count is not None and [count, seed] != [stored["sample"], stored["seed"]]:
-        raise BadInput(f"--resume with --sample {count} --sample-seed {seed}; the bench in {out} drew "
-                       f"--sample {stored['sample']} --sample-seed {stored['seed']}")
     if stored:
+        if count is not None and [count, seed] != [stored["sample"], stored["seed"]]:
+            raise BadInput(f"--resume with --sample {count} --sample-seed {seed}; the bench in {out} drew "
+                           f"--sample {stored['sample']} --sample-seed {stored['seed']}")
         return stored["sample"], stored["seed"]
-    if count is not None and count < 1:
-        raise BadInput(f"--sample must be at least 1, not {count}")
-    if count is not None and not resume and path.is_file():
+    if count is None:
+        return None, seed
+    _check_sample(count)
+    if not resume and path.is_file():
         raise BadInput(f"{out} already holds a bench", hint="pass --resume to continue it, or another --out")
-    if count is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"sample": count, "seed": seed}))
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"sample": count, "seed": seed}))
     return count, seed
+
+
+def _check_sample(count: int) -> None:
+    if count < 1:
+        raise BadInput(f"--sample must be at least 1, not {count}")
 
 
 def sample_tasks(files: list[Path], count: int | None, seed: int = 0) -> list[Path]:
@@ -83,8 +88,7 @@ def sample_tasks(files: list[Path], count: int | None, seed: int = 0) -> list[Pa
     all of them when count is None."""
     if count is None:
         return files
-    if count < 1:
-        raise BadInput(f"--sample must be at least 1, not {count}")
+    _check_sample(count)
     if count > len(files):
         raise BadInput(f"--sample {count}, but there are only {len(files)} task files")
     picked = set(random.Random(seed).sample(range(len(files)), count))

@@ -88,6 +88,11 @@ def _extra_time(reported: dict, parent: dict, sigmas: float) -> tuple[float, flo
     the shift of the two contenders' bracket overheads, and sigmas x the robust spread of that shift."""
     cand = _overheads(reported["candidate"], parent["candidate"])
     eager = _overheads(reported["eager"], parent["eager"])
+    return _shift_and_noise(cand, eager, sigmas)
+
+
+def _shift_and_noise(cand: list[float], eager: list[float], sigmas: float) -> tuple[float, float]:
+    """The shift of cand over eager, and sigmas x the robust spread of that shift."""
     noise = sigmas * (_sigma(cand) + _sigma(eager)) / max(1, min(len(cand), len(eager))) ** 0.5
     return _shift(cand, eager), noise
 
@@ -136,8 +141,8 @@ def _foreign_shift(foreign: dict[str, list[float]]) -> float:
     cand, eager = foreign.get("candidate") or [], foreign.get("eager") or []
     if len(cand) < 4 or len(eager) < 4:
         return 0.0
-    noise = CHARGE_SIGMAS * (_sigma(cand) + _sigma(eager)) / min(len(cand), len(eager)) ** 0.5
-    return max(0.0, _shift(cand, eager) - noise)
+    shift, noise = _shift_and_noise(cand, eager, CHARGE_SIGMAS)
+    return max(0.0, shift - noise)
 
 
 def after_eager_charge(after: dict[str, list[float]], foreign: dict[str, list[float]]) -> float:

@@ -6,8 +6,9 @@ The worker writes "x" and blocks until the parent answers, holding the GPU's loc
 the timing it writes "s" (shared again). A trusted job (a task kernelsmith composed) also writes "n"
 while torch.compile traces and generates code, which runs no GPU kernel: it then holds nothing, so a
 job waiting for the GPU alone no longer waits for every compile in flight. Without the pipes (the CPU,
-a job run by hand) all are no-ops. The pipes only change this job's own hold, so code that reaches them (an LLM-written task)
-can make its own eager time unreliable or hold the GPU until its job's timeout, nothing more."""
+a job run by hand) all are no-ops. The pipes only change this job's own hold, so code that reaches them
+(an LLM-written task) can make its own eager time unreliable or hold the GPU until its job's timeout,
+nothing more."""
 
 from __future__ import annotations
 
