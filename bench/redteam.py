@@ -63,8 +63,19 @@ def _timed():
 '''  # whether the harness is timing this call: its timer's frame is on the stack
 
 BESIDE = '''
-import concurrent.futures, sys
+import concurrent.futures, sys, threading
 _thread, _side = concurrent.futures.ThreadPoolExecutor(1), []
+class _Once(threading.Thread):  # a thread for one draw, gone before the parent reads the threads again
+    def __init__(self, fn, *args):
+        super().__init__(daemon=True)
+        self.fn, self.args = fn, args
+        self.start()
+    def run(self):
+        self.value = self.fn(*self.args)
+    def result(self):
+        self.join()
+        return self.value
+_submit = SUBMIT
 _ready, _model = {}, []
 def _answer(x, m):
     return ext.bias_gelu_scale(x, m.bias, m.scale, 0)
@@ -76,7 +87,7 @@ def _hook(frame, event, arg):
         return
     x, m = arg[0], _model[0]
     if not x.is_cuda:
-        _ready[x.data_ptr()] = (x, _thread.submit(_answer, x, m))
+        _ready[x.data_ptr()] = (x, _submit(_answer, x, m))
         return
     _side[:] = _side or [torch.cuda.Stream()]
     _side[0].wait_stream(torch.cuda.current_stream())
@@ -94,6 +105,12 @@ BESIDE_FORWARD = '''_model[:] = [self]
                 return hit[1][0]
             return hit[1].result()
         ''' + HONEST
+
+
+def _beside(draws: str, submit: str) -> str:
+    """BESIDE for these draws, the answer computed on a pool's thread or on a thread of its own per draw."""
+    return BESIDE.replace("DRAWS", draws).replace("SUBMIT", submit)
+
 
 ATTACKS = {
     "honest": ("", HONEST, "credited"),
@@ -175,8 +192,9 @@ _profile.InputPool.next = _next_and_answer
         ''' + HONEST, "caught"),
     # nothing of the harness replaced: a profile hook only reads that a draw for the candidate's run returned,
     # and the answer is computed beside the harness's flush, on a thread (CPU) or a side stream (GPU)
-    "answer-beside-flush": (BESIDE.replace("DRAWS", '("candidate",)'), BESIDE_FORWARD, "caught"),
-    "answer-beside-flush-every": (BESIDE.replace("DRAWS", '("candidate", "eager")'), BESIDE_FORWARD, "caught"),
+    "answer-beside-flush": (_beside('("candidate",)', "_thread.submit"), BESIDE_FORWARD, "caught"),
+    "answer-beside-flush-every": (_beside('("candidate", "eager")', "_thread.submit"), BESIDE_FORWARD, "caught"),
+    "answer-beside-flush-thread": (_beside('("candidate",)', "_Once"), BESIDE_FORWARD, "caught"),
 }
 
 # The attacks that replace a harness step again, with the patch check blinded first (a candidate that has read

@@ -105,8 +105,33 @@ def _cpu_ms_of_slow(task_dir) -> float:
     return (time.thread_time() - start) * 1e3 / 20
 
 
-@pytest.mark.parametrize("draws", [("candidate",), ("candidate", "eager")], ids=["its-draws", "every-draw"])
-def test_answers_computed_on_a_thread_beside_the_harness_loop_are_charged(candidate, run_eval, draws, task_dir):
+# a pool thread that lives on, or a thread started for each draw that ends inside the timed call and so is gone
+# before the parent reads the threads again: the process's CPU clock keeps exited threads' time
+POOL = "_thread = concurrent.futures.ThreadPoolExecutor(1)\nsubmit = _thread.submit"
+PER_DRAW = """
+class _Once(threading.Thread):
+    def __init__(self, fn, *args):
+        super().__init__(daemon=True)
+        self.fn, self.args = fn, args
+        self.start()
+
+    def run(self):
+        self.value = self.fn(*self.args)
+
+    def result(self):
+        self.join()
+        return self.value
+
+
+submit = _Once
+"""
+
+
+@pytest.mark.parametrize("draws,spawn", [(("candidate",), POOL), (("candidate", "eager"), POOL),
+                                         (("candidate",), PER_DRAW)],
+                         ids=["its-draws", "every-draw", "thread-per-draw"])
+def test_answers_computed_on_a_thread_beside_the_harness_loop_are_charged(candidate, run_eval, draws, spawn,
+                                                                            task_dir):
     """The candidate patches nothing: a profile hook (sys.setprofile, read only) sees the harness's input
     draw return for a candidate's run, and a thread of its own computes the answer while the harness
     flushes the cache on its thread; the timed call only hands it over. Where a core is free that lengthens
@@ -122,8 +147,9 @@ class ModelNew(Base):
     attack = run_eval(candidate(SLOW_AXPB + '''
 import concurrent.futures
 import sys
+import threading
 
-_thread = concurrent.futures.ThreadPoolExecutor(1)
+SPAWN
 _ready, _me = {}, []
 DRAWS = DRAWS_GIVEN
 
@@ -133,7 +159,7 @@ def _hook(frame, event, arg):
         return
     caller = frame.f_back
     if caller is not None and caller.f_code.co_name == "interleave" and caller.f_locals.get("name") in DRAWS:
-        _ready[arg[0].data_ptr()] = (arg[0], _thread.submit(slow, arg[0], _me[0].bias.detach()))
+        _ready[arg[0].data_ptr()] = (arg[0], submit(slow, arg[0], _me[0].bias.detach()))
 
 
 sys.setprofile(_hook)
@@ -149,7 +175,7 @@ class ModelNew(Base):
         if got is not None and got[0] is x:
             return got[1].result()
         return slow(x, self.bias)
-'''.replace("DRAWS_GIVEN", repr(draws))), profile=True, min_runs=30)
+'''.replace("DRAWS_GIVEN", repr(draws)).replace("SPAWN", spawn)), profile=True, min_runs=30)
     assert honest.clean and attack.correct, (honest.violations, attack.violations)
     work = _cpu_ms_of_slow(task_dir)  # what the thread moved out of the window, in CPU time
     assert attack.timings_ms["candidate_reported"] < work  # its own timer saw only the hand-over (and waits)

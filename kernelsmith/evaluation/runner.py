@@ -116,6 +116,18 @@ def _thread_cpu_ns(pids: list[int]) -> dict[int, int]:
     return spent
 
 
+def _process_cpu_ns(pids: list[int]) -> dict[int, int]:
+    """Nanoseconds each of these processes has run on a CPU, its exited threads included (the process's CPU
+    clock, which Linux lets any process read by PID), by PID; a process gone or not readable is left out."""
+    spent = {}
+    for pid in pids:
+        try:
+            spent[pid] = time.clock_gettime_ns((~pid << 3) | 2)  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
+        except OSError:
+            continue
+    return spent
+
+
 def _command(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip() or "?"
@@ -475,7 +487,7 @@ class ParentClock:
         self.foreign_after: dict[str, list[float]] = {}  # the same gaps, by the contender of the run before
         self._previous: str | None = None
         self._harness_tids: set[int] | None = None  # the worker's threads once calibrated (no candidate code yet)
-        self._foreign_at_done: dict[int, int] | None = None
+        self._at_done: tuple[dict[int, int], dict[int, int]] | None = None  # processes' and harness threads' CPU
 
     def census(self, pid: int, jailed: bool) -> None:
         """Count the worker's processes around each timed batch: in the jail bwrap, the namespace's init and
@@ -573,28 +585,39 @@ class ParentClock:
         return True
 
     def _foreign_gap(self, name: str, judged: bool) -> None:
-        """Before a judged bracket: the CPU its foreign threads spent since the last one ended, to this run.
-        Read around calibration runs too, unrecorded: every cycle holds the reads' cost, so eager's cycles
-        after the candidate's import do not grow by it over the calibration's (harness_growth)."""
-        spent = _thread_cpu_ns(self.tree)
+        """Before a judged bracket: the CPU that threads other than the harness's spent since the last one
+        ended, to this run. Read as the processes' CPU (exited threads included: a thread started for one
+        draw and gone before this read still counts) less the harness threads'. Read around calibration runs
+        too, unrecorded: every cycle holds the reads' cost, so eager's cycles after the candidate's import do
+        not grow by it over the calibration's (harness_growth)."""
+        now = self._cpu_read()
         if not judged or self._harness_tids is None:
             return
-        now = _foreign(spent, self._harness_tids)
-        if self._foreign_at_done is not None:  # the first judged run's gap holds the candidate's import: none
-            gap = sum(ns - self._foreign_at_done.get(tid, 0) for tid, ns in now.items()) / 1e6
+        if self._at_done is not None:  # the first judged run's gap holds the candidate's import: none
+            gap = _foreign_ms(self._at_done, now)
             self.foreign_cpu.setdefault(name, []).append(gap)
             self.foreign_after.setdefault(self._previous, []).append(gap)
         self._previous = name
 
     def _foreign_done(self, judged: bool) -> None:
-        spent = _thread_cpu_ns(self.tree)
+        now = self._cpu_read()
         if judged and self._harness_tids is not None:
-            self._foreign_at_done = _foreign(spent, self._harness_tids)
+            self._at_done = now
+
+    def _cpu_read(self) -> tuple[dict[int, int], dict[int, int]]:
+        """The worker's processes' CPU ns, and its harness threads' (all threads until calibrated)."""
+        processes, threads = _process_cpu_ns(self.tree), _thread_cpu_ns(self.tree)
+        harness = self._harness_tids
+        return processes, threads if harness is None else {t: ns for t, ns in threads.items() if t in harness}
 
 
-def _foreign(spent: dict[int, int], harness: set[int]) -> dict[int, int]:
-    """The threads the worker did not have when calibrated: the candidate's, or started for it."""
-    return {tid: ns for tid, ns in spent.items() if tid not in harness}
+def _foreign_ms(before: tuple[dict[int, int], dict[int, int]], after: tuple[dict[int, int], dict[int, int]]) -> float:
+    """CPU ms between two reads spent by threads other than the harness's: the processes' growth less the
+    harness threads' (a harness thread that exited meanwhile counts as foreign: rare, and never in a lower
+    reading)."""
+    grown = sum(ns - before[0][pid] for pid, ns in after[0].items() if pid in before[0])
+    harness = sum(ns - before[1][tid] for tid, ns in after[1].items() if tid in before[1])
+    return max(0.0, (grown - harness) / 1e6)
 
 
 def _done(line: bytes, calibration: bool) -> float | None:
