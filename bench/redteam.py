@@ -201,9 +201,13 @@ _profile.InputPool.next = _next_and_answer
 # our source replaces the checker too; anything in its process can): what must catch them then is the layer
 # no code in the worker reaches, the parent's clock (the candidate's cycles against eager's, and eager's
 # against the calibration taken before the candidate was imported).
-BLIND = 'import sys\nsys.modules["kernelsmith.harness.guards"].IdentitySnapshot.changed = lambda self: []\n'
+# The watch for profile and trace hooks (guards.Observers) is blinded alike: the answer-beside-flush attacks
+# use one, so their -blind versions test the reading of the candidate's threads' CPU.
+BLIND = ('import sys\nsys.modules["kernelsmith.harness.guards"].IdentitySnapshot.changed = lambda self: []\n'
+         'sys.modules["kernelsmith.harness.guards"].Observers.check = lambda self: None\n')
 ATTACKS.update({f"{name}-blind": (BLIND + ATTACKS[name][0], *ATTACKS[name][1:])
-                for name in ("finish-in-checksum", "answer-at-draw")})
+                for name in ("finish-in-checksum", "answer-at-draw", "answer-beside-flush", "answer-beside-flush-every",
+                             "answer-beside-flush-thread")})
 
 
 def write_candidate(folder: Path, device: str, name: str) -> Path:

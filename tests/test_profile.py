@@ -132,7 +132,7 @@ submit = _Once
                          ids=["its-draws", "every-draw", "thread-per-draw"])
 def test_answers_computed_on_a_thread_beside_the_harness_loop_are_charged(candidate, run_eval, draws, spawn,
                                                                             task_dir):
-    """The candidate patches nothing: a profile hook (sys.setprofile, read only) sees the harness's input
+    """The candidate patches nothing it needs: a profile hook (sys.setprofile, read only) sees the harness's input
     draw return for a candidate's run, and a thread of its own computes the answer while the harness
     flushes the cache on its thread; the timed call only hands it over. Where a core is free that lengthens
     no cycle of the parent's clock; the CPU time of threads the worker did not have before the candidate
@@ -149,6 +149,11 @@ import concurrent.futures
 import sys
 import threading
 
+# the hook is a rule broken on its own (guards.Observers: the test below), as is replacing a harness class's
+# method: both checks are blinded, as a candidate that has read our source would; the CPU reading is the layer
+# under them, which no code in the worker reaches
+sys.modules["kernelsmith.harness.guards"].IdentitySnapshot.changed = lambda self: []
+sys.modules["kernelsmith.harness.guards"].Observers.check = lambda self: None
 SPAWN
 _ready, _me = {}, []
 DRAWS = DRAWS_GIVEN
@@ -185,6 +190,25 @@ class ModelNew(Base):
     assert seen > 0.3 * work, (attack.clock, work)
     assert attack.timings_ms["candidate"] > 0.6 * work, (attack.timings_ms, work)  # charged back
     assert honest.clock["foreign_cpu_extra_ms"] < 0.1 * work
+
+
+def test_a_hook_that_watches_the_harness_is_caught_even_when_gone_by_the_end(candidate, run_eval):
+    """A profile hook installed by each call and gone once it has seen the next draw (or the timed loop's
+    end), so that nothing is left for a check after the loop: the check before every draw sees it."""
+    result = run_eval(candidate('''
+        import sys
+
+        def _hook(frame, event, arg):
+            if event == "return" and frame.f_code.co_name in ("next", "interleave"):
+                sys.setprofile(None)  # seen the draw (where it would start its work): gone
+
+        class ModelNew(Base):
+            def forward(self, x):
+                sys.setprofile(_hook)
+                return kernel("axpb", x, self.bias)
+    '''), profile=True, min_runs=20)
+    assert result.correct and not result.clean and result.reward == -1
+    assert any("hook that watches the harness" in v for v in result.violations), result.violations
 
 
 def test_foreign_cpu_is_charged_by_its_shift_over_eagers_gaps_beyond_noise():

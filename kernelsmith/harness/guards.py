@@ -4,6 +4,8 @@ Each guard answers one known hack (../shared/HARNESS-NOTES.md):
 - OpRecorder: torch compute in ModelNew.forward or its C++ binding (the dispatcher
   sees Python and C++ at:: calls alike); only allocation and view ops pass.
 - IdentitySnapshot: monkey-patched torch, checker or clocks.
+- Observers: profile, trace and monitoring hooks that let the candidate watch the harness's loop
+  (which run is drawn, when the cache is flushed) without patching anything.
 - backend_flags: precision lowered through global flags (TF32 and friends).
 - output_problems / aliases_any / mutated_inputs: lazy subclasses, returning or
   writing into the inputs.
@@ -285,6 +287,39 @@ def _instance_state(obj) -> dict[str, object]:
     return {attr: value for attr, value in own.items() if attr not in mutable}
 
 
+def _monitoring_tools() -> tuple:
+    monitoring = getattr(sys, "monitoring", None)  # Python 3.12+
+    return tuple(monitoring.get_tool(i) for i in range(6)) if monitoring else ()
+
+
+_OBSERVERS = (("sys.setprofile", sys.getprofile), ("sys.settrace", sys.gettrace),
+              ("threading.setprofile", getattr(threading, "getprofile", lambda: None)),
+              ("threading.settrace", getattr(threading, "gettrace", lambda: None)),
+              ("sys.monitoring", _monitoring_tools))
+
+
+class Observers:
+    """The interpreter's hooks that see every call and return on this thread (or any): with one, candidate
+    code can tell when the harness draws a run's inputs or flushes the cache, and start work then, out of the
+    timed window, having patched nothing. Taken before the candidate is imported (the getters too, so a
+    replaced `sys.getprofile` does not blind it) and checked before every timed run's draw."""
+
+    def __init__(self):
+        self.getters = _OBSERVERS
+        self.before = self._now()
+        self.found: str | None = None
+
+    def _now(self) -> list:
+        return [getter() for _, getter in self.getters]
+
+    def check(self) -> None:
+        if self.found is None:
+            changed = [name for (name, _), a, b in zip(self.getters, self.before, self._now()) if a != b]
+            if changed:
+                self.found = ("candidate installed a hook that watches the harness's own code (" + ", ".join(changed)
+                              + "): it can start work when a run's inputs are drawn, out of the timed window")
+
+
 class ProcessGuard:
     """Taken before the candidate is imported; afterwards says what it patched or switched."""
 
@@ -293,9 +328,13 @@ class ProcessGuard:
         self.watch = self.identities.watch
         self.flags = backend_flags()
         self.loads = LoadGuard()
+        self.observers = Observers()
 
     def violations(self) -> list[str]:
         found = self.loads.violations()
+        self.observers.check()
+        if self.observers.found:
+            found.append(self.observers.found)
         patched = self.identities.changed()
         if patched:
             found.append("candidate replaced functions the harness relies on: " + ", ".join(patched[:8]))

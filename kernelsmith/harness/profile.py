@@ -91,7 +91,8 @@ def _budget(job: dict) -> tuple[int, float]:
 
 def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flusher,
                min_runs: int, min_seconds: float, between=None, watches: dict | None = None,
-               clock=None, record=None, fresh: frozenset = frozenset(), queued: frozenset = frozenset()) -> dict:
+               clock=None, record=None, fresh: frozenset = frozenset(), queued: frozenset = frozenset(),
+               before_draw=None) -> dict:
     """Time every contender round-robin in random order until the budget is met.
 
     Each timed run is bracketed from outside this process by the parent's clock (ParentClock): the
@@ -100,7 +101,8 @@ def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flu
     contender's timed call and left after it: outside the timed interval, so watching costs the
     contender no time. between(name, run) runs after each run, outside the bracket (spot checks). The
     contenders named in `fresh` get a fresh input draw for every run (InputPool); those named in `queued`
-    are timed without the device sync before the start event (trusted contenders only: Clocks)."""
+    are timed without the device sync before the start event (trusted contenders only: Clocks).
+    before_draw() runs before every run's input draw (the observer check)."""
     samples = {name: {"device": [], "full": [], "host": []} for name in contenders}
     order = list(contenders)
     rng = random.Random(len(order))
@@ -108,6 +110,8 @@ def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flu
     while True:
         rng.shuffle(order)
         for name in order:
+            if before_draw:
+                before_draw()
             inputs = pool.next(fresh=name in fresh)
             flusher.flush()
             with (clock.batch(name) if clock else nullcontext()):
@@ -189,7 +193,8 @@ def run_profile(job: dict) -> dict:
     with gpu_lock(device):
         flusher = L2Flusher(device)
         warm_s = {"eager": _warm(eager, pool, clocks)}
-        calibrate(eager, pool, clocks, flusher, parent_clock, native, sums, _budget(job)[0])
+        calibrate(eager, pool, clocks, flusher, parent_clock, native, sums, _budget(job)[0],
+                  process_guard.observers.check)
         phases.mark("calibrate")
         process_guard.watch(clocks=clocks, pool=pool, flusher=flusher, sums=sums, parent_clock=parent_clock,
                             eager=eager, tripwires=tripwires, native=native, task=task)
@@ -211,7 +216,7 @@ def run_profile(job: dict) -> dict:
         samples = interleave({"candidate": candidate, "eager": eager}, pool, clocks, flusher, *_budget(job),
                              between=checks.maybe_check, clock=parent_clock, record=sums.record,
                              watches={"candidate": native, "eager": native and native.unjudged()},
-                             fresh=frozenset({"candidate", "eager"}))
+                             fresh=frozenset({"candidate", "eager"}), before_draw=process_guard.observers.check)
         phases.mark("timed")
     violations = _profile_violations([recorder, native, tripwires], samples, checks, device) \
         + process_guard.violations() + sums.problems
@@ -238,7 +243,7 @@ def calibration_runs(min_runs: int) -> int:
 
 
 def calibrate(eager, pool: InputPool, clocks: Clocks, flusher: L2Flusher, parent_clock, native, sums,
-              min_runs: int) -> None:
+              min_runs: int, before_draw=None) -> None:
     """Eager through the whole timed loop (fresh draws, flush, bracket, checksum), before the candidate is
     imported, so this process is still the harness's alone: the parent's clock learns what the harness's
     own work between and around timed calls costs here, from runs whose reports (sent at once, over the
@@ -248,7 +253,8 @@ def calibrate(eager, pool: InputPool, clocks: Clocks, flusher: L2Flusher, parent
         return
     record = lambda name, seed, out: sums.record("eager", seed, out)  # eager's work, its verdict unused
     interleave({CALIBRATE: eager}, pool, clocks, flusher, calibration_runs(min_runs), math.inf, clock=parent_clock,
-               record=record, watches={CALIBRATE: native and native.unjudged()}, fresh=frozenset({CALIBRATE}))
+               record=record, watches={CALIBRATE: native and native.unjudged()}, fresh=frozenset({CALIBRATE}),
+               before_draw=before_draw)  # the timed loop's checks too, so that its cycles cost the same
     parent_clock.calibrated()
 
 
