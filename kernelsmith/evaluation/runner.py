@@ -487,7 +487,7 @@ class ParentClock:
         self.foreign_after: dict[str, list[float]] = {}  # the same gaps, by the contender of the run before
         self._previous: str | None = None
         self._harness_tids: set[int] | None = None  # the worker's threads once calibrated (no candidate code yet)
-        self._at_done: tuple[dict[int, int], dict[int, int]] | None = None  # processes' and harness threads' CPU
+        self._at_draw: tuple[dict[int, int], dict[int, int]] | None = None  # processes' and harness threads' CPU
 
     def census(self, pid: int, jailed: bool) -> None:
         """Count the worker's processes around each timed batch: in the jail bwrap, the namespace's init and
@@ -548,6 +548,7 @@ class ParentClock:
                     return
 
     def _draw(self, go_w: int) -> None:
+        self._foreign_at_draw()  # the worker waits for the seed: its own threads are idle while read
         self._last = secrets.randbelow(2**62 - 1) + 1
         self.draws += 1
         os.write(go_w, self.SEED.pack(self._last))
@@ -576,7 +577,6 @@ class ParentClock:
         else:
             self.batches.setdefault(name, []).append((done - start) * 1e3)
             self.cycles.setdefault(name, []).append(cycle_ms)
-        self._foreign_done(judged)
         # this process's work between runs (the census below) lands in the next run's cycle: calibration
         # runs do it too, so that eager's cycles before and after the candidate's import hold the same
         if self._count(judged) > reaped and judged:  # a process started and ended inside the bracket
@@ -585,24 +585,27 @@ class ParentClock:
         return True
 
     def _foreign_gap(self, name: str, judged: bool) -> None:
-        """Before a judged bracket: the CPU that threads other than the harness's spent since the last one
-        ended, to this run. Read as the processes' CPU (exited threads included: a thread started for one
-        draw and gone before this read still counts) less the harness threads'. Read around calibration runs
-        too, unrecorded: every cycle holds the reads' cost, so eager's cycles after the candidate's import do
-        not grow by it over the calibration's (harness_growth)."""
-        now = self._cpu_read()
+        """Before a judged bracket: the CPU that threads other than the harness's spent from the run's input
+        draw to this bracket (where work on the drawn inputs is moved to, out of the timed window), to this
+        run. Read as the processes' CPU (exited threads included: a thread started for one draw and gone
+        before this read still counts) less the harness threads'. Both reads are taken while the worker
+        waits on the parent (for the seed, then the go), so that its own running threads do not land
+        between the processes' read and the threads'. Read around calibration runs too, unrecorded: every
+        cycle holds the reads' cost, so eager's cycles after the candidate's import do not grow by it over
+        the calibration's (harness_growth)."""
+        now, at_draw = self._cpu_read(), self._at_draw
+        self._at_draw = None
         if not judged or self._harness_tids is None:
             return
-        if self._at_done is not None:  # the first judged run's gap holds the candidate's import: none
-            gap = _foreign_ms(self._at_done, now)
+        if at_draw is not None:
+            gap = _foreign_ms(at_draw, now)
             self.foreign_cpu.setdefault(name, []).append(gap)
             self.foreign_after.setdefault(self._previous, []).append(gap)
         self._previous = name
 
-    def _foreign_done(self, judged: bool) -> None:
+    def _foreign_at_draw(self) -> None:
         now = self._cpu_read()
-        if judged and self._harness_tids is not None:
-            self._at_done = now
+        self._at_draw = now if not self.calibrating and self._harness_tids is not None else None
 
     def _cpu_read(self) -> tuple[dict[int, int], dict[int, int]]:
         """The worker's processes' CPU ns, and its harness threads' (all threads until calibrated)."""
