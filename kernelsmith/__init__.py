@@ -13,4 +13,4 @@ __version__ = "0.1.0"
 #      and the reference's module; eager's cycle growth over the calibration is charged to the candidate
 # 3.5: only eager's spread says a machine is busy; a jittery candidate is credited by the larger of median and mean
 # 3.6: the CPU time that the candidate's own threads spend beside the harness's loop is charged (runner.ParentClock)
-HARNESS_VERSION = "3.9"
+HARNESS_VERSION = "3.10"

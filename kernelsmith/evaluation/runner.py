@@ -463,10 +463,14 @@ class ParentClock:
 
     def __init__(self):
         self.batches: dict[str, list[float]] = {}
-        # per timed run, ms from the previous run's `done` to this one's: the whole of the worker's time
-        # between runs (the input draw, the flush, what the harness runs there) counts to some run
+        # per timed run, ms from its input draw (the worker's request for the seed) to its `done`: the draw,
+        # the flush and the bracket, where work on the run's inputs can be moved. What the harness runs
+        # before the draw (spot checks after some runs only, which the calibration has none of) is no
+        # run's: it made eager's cycles after the candidate's import look 0.2-0.5 ms longer than the
+        # calibration's on an H100, charged to honest kernels. A run with no draw: from the previous `done`
         self.cycles: dict[str, list[float]] = {}
         self._last_done: float | None = None
+        self._drawn_at: float | None = None
         # eager's runs before the candidate was imported: their cycles, and the timed ms each reported at once
         # (trusted: no candidate code existed in the worker yet); closed by the worker's `calibrated`
         self.calibration: list[tuple[float, float]] = []
@@ -548,6 +552,7 @@ class ParentClock:
                     return
 
     def _draw(self, go_w: int) -> None:
+        self._drawn_at = time.perf_counter()  # the run's cycle starts here (the reads below are in it)
         self._foreign_at_draw()  # the worker waits for the seed: its own threads are idle while read
         self._last = secrets.randbelow(2**62 - 1) + 1
         self.draws += 1
@@ -569,8 +574,8 @@ class ParentClock:
         if timed_ms is None:
             return False
         done = time.perf_counter()
-        cycle_ms = (done - (self._last_done or start)) * 1e3
-        self._last_done = done
+        cycle_ms = (done - (self._drawn_at or self._last_done or start)) * 1e3
+        self._last_done, self._drawn_at = done, None
         if calibration:
             self.calibration.append((cycle_ms, timed_ms))
             self.calibration_brackets.append((done - start) * 1e3)
