@@ -89,7 +89,10 @@ def test_layer_norm_is_one_welford_kernel(layer_norm):
     (group,) = built.plan.groups()
     assert group.reduce == "welford" and group.variance
     source = "".join(cpu.generate(group, built.plan.values).files.values())
-    assert source.count("for (int64_t r = 0;") == 2 * 3  # the statistics' pass and the output's, per schedule
+    # along a contiguous row: the mean's pass and the centred squares' (simd reductions), then the output's,
+    # per schedule
+    assert source.count("for (int64_t r = 0;") == 3 * 3
+    assert source.count("#pragma omp simd reduction(+:m2)") == 3
 
 
 def test_rows_far_from_zero_match_torch_where_the_naive_formula_fails(layer_norm):

@@ -18,16 +18,55 @@ WELFORD_STEP = ("{{ const float x = {x}; if (r == 0) k = x; const float z = x - 
                 "mean += d * (1.0f / (float)(r + 1)); m2 += d * (z - mean); }}")
 
 
+# Along a contiguous row (inner == 1) the accumulation runs as `#pragma omp simd` reductions, one vector lane
+# per partial: a scalar chain of dependent adds does one element every few cycles, far below what the memory
+# gives. Softmax's online update and Welford's are chains by nature, so such rows take two passes instead
+# (the max, then the sum of exponentials; the mean, then the centred squares), while the row is in cache.
+SIMD_REDUCTIONS = {"sum": "+", "mean": "+", "norm2": "+", "amax": "max", "amin": "min"}
+SOFTMAX_LIKE = ("logsumexp", "softmax", "safe_softmax", "log_softmax")
+TWO_PASS_MAX_ROW = 16384  # elements: a row of floats up to 64 KB stays in L2 for its second pass
+
+
 def reduction(group: ReductionGroup) -> str:
     element = _element(group)
     first = _row_prologue(group, element)
-    accumulate = _accumulate(group.reduce, first[1])  # the prologue's value, or the loaded input
-    lines = [f"    {line}" for line in _init(group.reduce)]
-    lines += [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in first[0]]
-    lines += [f"      {accumulate}", "    }"]
+    lines = [f"    {line}" for line in _init(group.reduce)] + _accumulation(group, first)
     finished, reduced_names = _finish_reduced(group)
     lines += finished + _second_pass(group, element, reduced_names)
     return variants(group, row_loop(group, lines))
+
+
+def _accumulation(group: ReductionGroup, first: tuple[list[str], str]) -> list[str]:
+    """The loop(s) over a line that leave the accumulator's variables holding the reduced value."""
+    body, x = first
+    if group.inner != 1:
+        return _row_for(group, body, _accumulate(group.reduce, x))
+    if group.reduce in SIMD_REDUCTIONS:
+        return _row_for(group, body, _accumulate(group.reduce, x), f"reduction({SIMD_REDUCTIONS[group.reduce]}:acc)")
+    if group.reduce in SOFTMAX_LIKE:
+        return (_row_for(group, body, f"m = fmaxf(m, {x});", "reduction(max:m)")
+                + _row_for(group, body, f"s += ks_expf({x} - m);", "reduction(+:s)")
+                + [f"    if (m == -INFINITY) s = {group.size}.0f;"])  # every x == m: exp(0) each, not NaN
+    if group.reduce == "welford" and group.size <= TWO_PASS_MAX_ROW:
+        return _two_pass_moments(group, body, x)
+    return _row_for(group, body, _accumulate(group.reduce, x))
+
+
+def _two_pass_moments(group: ReductionGroup, body: list[str], x: str) -> list[str]:
+    """Welford's results (k + mean, m2) in two simd passes over x - k, k the line's first element as in
+    WELFORD_STEP (x - k stays small where x is far from 0): the mean, then the squares about it."""
+    first = ["    { const int64_t r = 0;"] + [f"  {ln}" for ln in body] + [f"      k = {x};", "    }"]
+    return (first + _row_for(group, body, f"mean += {x} - k;", "reduction(+:mean)")
+            + [f"    mean /= {group.size}.0f;"]
+            + _row_for(group, body, f"{{ const float d = ({x} - k) - mean; m2 += d * d; }}", "reduction(+:m2)"))
+
+
+def _row_for(group: ReductionGroup, body: list[str], statement: str, simd: str | None = None) -> list[str]:
+    """One loop over the line's elements: the loads and prologue, then `statement`; a simd loop when given
+    its reduction clause."""
+    pragma = [f"    #pragma omp simd {simd}"] if simd else []
+    return (pragma + [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in body]
+            + [f"      {statement}", "    }"])
 
 
 def scan(group: ReductionGroup) -> str:
@@ -123,11 +162,12 @@ def _second_pass(group: ReductionGroup, element: str, reduced_names: dict[str, s
     lines += body_lines(group.prologue, names)
     if group.reduce in FULL_SHAPE_REDUCTIONS:
         x = names.get(group.operand, group.operand)
-        value = {"softmax": f"(expf({x} - m) / s)", "safe_softmax": f"(m == -INFINITY ? 0.0f : expf({x} - m) / s)",
+        value = {"softmax": f"(ks_expf({x} - m) / s)", "safe_softmax": f"(m == -INFINITY ? 0.0f : ks_expf({x} - m) / s)",
                  "log_softmax": f"({x} - m - logf(s))"}[group.reduce]
         lines.append(f"    const float v_{group.result} = {value};")
         names[group.result] = f"v_{group.result}"
         lines += body_lines(group.epilogue, names)
     lines += body_lines(group.broadcast_epilogue, names)
     lines += ["    " + store(o, f"out{j}[{element}]", names[o.name]) for j, o in full_outputs]
-    return [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in lines] + ["    }"]
+    simd = ["    #pragma omp simd"] if group.inner == 1 else []  # contiguous stores, no chain
+    return simd + [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in lines] + ["    }"]
