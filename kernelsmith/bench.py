@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelsmith import HARNESS_VERSION, bench_report
-from kernelsmith.agent.fleet import Episode, Fleet, level_of
+from kernelsmith.agent.fleet import Episode, Fleet, level_of, task_names
 from kernelsmith.config import Settings
 from kernelsmith.errors import BadInput, KernelsmithError
 
@@ -95,15 +95,15 @@ def sample_tasks(files: list[Path], count: int | None, seed: int = 0) -> list[Pa
     return [f for i, f in enumerate(files) if i in picked]
 
 
-def blank_row(path: Path, run: int) -> dict[str, Any]:
-    return Episode(path, run, Path()).row(
+def blank_row(path: Path, run: int, name: str = "") -> dict[str, Any]:
+    return Episode(path, run, Path(), name).row(
         correct=False, speedup_vs_eager=None, speedup_vs_compile=None, reward=-1.0, turns=0,
         tokens={"input": 0, "output": 0}, cost_usd=0.0, lint_flags=[], session_id="", best_sha="",
         harness_version=HARNESS_VERSION)
 
 
-def workdir_for(plan: BenchPlan, path: Path, run: int) -> Path:
-    return plan.out / "workdirs" / (level_of(path) or "tasks") / path.stem / f"run{run}"
+def workdir_for(plan: BenchPlan, path: Path, run: int, name: str = "") -> Path:
+    return plan.out / "workdirs" / (level_of(path) or "tasks") / (name or path.stem) / f"run{run}"
 
 
 def baselines_cache(plan: BenchPlan) -> Path:
@@ -125,7 +125,7 @@ def run_one(plan: BenchPlan, sandbox, episode: Episode, lint_flags: list[str],
     """One session, started or resumed; the fleet turns an exception into an error row."""
     from kernelsmith.agent import run as session
 
-    row = {**blank_row(episode.task, episode.run), "lint_flags": sorted(lint_flags)}
+    row = {**blank_row(episode.task, episode.run, episode.name), "lint_flags": sorted(lint_flags)}
     start = time.perf_counter()
     ending = _start_or_resume(plan, sandbox, episode, session, stop)
     row.update(_ending_fields(ending))
@@ -198,7 +198,10 @@ Progress = Callable[[dict], None]
 
 
 def episodes(plan: BenchPlan, tasks: list[Path]) -> list[Episode]:
-    return [Episode(path, run, workdir_for(plan, path, run)) for path in tasks for run in range(plan.runs)]
+    """One per (task, run); tasks of one level with the same file name (examples/*/model.py) get names apart."""
+    names = task_names(tasks)
+    return [Episode(path, run, workdir_for(plan, path, run, names[path]), names[path])
+            for path in tasks for run in range(plan.runs)]
 
 
 def run_bench(plan: BenchPlan, tasks: list[Path], sandbox, on_row: Progress | None = None,
@@ -209,7 +212,7 @@ def run_bench(plan: BenchPlan, tasks: list[Path], sandbox, on_row: Progress | No
     todo = fleet.pending(episodes(plan, tasks))
     flags = lint_all(plan, sorted({e.task for e in todo}), on_lint) if plan.lint else {}
     return fleet.run(todo, lambda e: run_one(plan, sandbox, e, flags.get(str(e.task), []), fleet.stop), on_row,
-                     on_stop, blank=lambda e: blank_row(e.task, e.run))
+                     on_stop, blank=lambda e: blank_row(e.task, e.run, e.name))
 
 
 def lint_all(plan: BenchPlan, tasks: list[Path],

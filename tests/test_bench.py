@@ -245,3 +245,23 @@ def test_a_resumed_bench_keeps_its_sample_and_refuses_another(tmp_path):
     with pytest.raises(BadInput, match="already holds a bench"):
         kept_sample(out, 7, 0, resume=False)
     assert kept_sample(tmp_path / "plain", None, 0, resume=True) == (None, 0)  # no sample: every task
+
+
+def test_tasks_of_one_name_in_different_folders_get_their_own_workdirs_and_rows(tmp_path):
+    """examples/*/model.py: every task is named model, and a bench that named tasks by file name alone ran every
+    session in the first task's workdir, against the first task, and reported them as runs of one task."""
+    tasks = tmp_path / "tasks"
+    for folder in ("rows", "cols"):
+        (tasks / folder).mkdir(parents=True)
+        (tasks / folder / "model.py").write_text(f"# the {folder} task\n" + TASK)
+    script = tmp_path / "finish.json"
+    script.write_text(json.dumps([{"text": "done", "tool_calls": [{"name": "finish", "arguments": {"summary": "-"}}]}]))
+    out = tmp_path / "out"
+    proc = ks("bench", tasks / "rows" / "model.py", tasks / "cols" / "model.py", "--backend", "scripted",
+              "--script", script, "--device", "cpu", "--out", out, "--no-lint")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert sorted(r["task"] for r in rows) == ["cols-model", "rows-model"]
+    for folder in ("rows", "cols"):
+        workdir = out / "workdirs" / "tasks" / f"{folder}-model" / "run0"
+        assert (workdir / "model.py").read_text().startswith(f"# the {folder} task"), folder

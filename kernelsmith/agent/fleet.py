@@ -36,15 +36,35 @@ def level_of(path: Path) -> str:
     return next((part for part in reversed(path.parent.parts) if LEVEL.match(part)), "")
 
 
+def task_names(paths: list[Path]) -> dict[Path, str]:
+    """Each task's name in rows and workdirs: its file's stem, or where another task of the same level has the
+    same stem (examples/*/model.py), the fewest folders above it that tell them apart, joined by "-"."""
+    names = {}
+    for path in paths:
+        rivals = [p for p in paths if p != path and p.stem == path.stem and level_of(p) == level_of(path)]
+        depth = 1
+        while rivals and depth < len(path.parts) and any(_tail(p, depth) == _tail(path, depth) for p in rivals):
+            depth += 1
+        names[path] = _tail(path, depth if rivals else 1)
+    return names
+
+
+def _tail(path: Path, depth: int) -> str:
+    """The stem after the depth - 1 folders just above it."""
+    folders = path.parent.parts[-(depth - 1):] if depth > 1 else ()
+    return "-".join([*folders, path.stem])
+
+
 @dataclass(frozen=True)
 class Episode:
     task: Path  # a KernelBench-format file
     run: int
     workdir: Path
+    name: str = ""  # the task's name (task_names); its file's stem when not given
 
     @property
     def key(self) -> tuple[str, str, int]:
-        return level_of(self.task), self.task.stem, self.run
+        return level_of(self.task), self.name or self.task.stem, self.run
 
     def row(self, **fields) -> dict:
         """The columns every fleet row has, then the runner's own."""
