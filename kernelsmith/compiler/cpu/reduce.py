@@ -39,7 +39,7 @@ def reduction(group: ReductionGroup) -> str:
 def _accumulation(group: ReductionGroup, first: tuple[list[str], str]) -> list[str]:
     """The loop(s) over a line that leave the accumulator's variables holding the reduced value."""
     body, x = first
-    if group.inner != 1:
+    if not _simd_row(group):
         return _row_for(group, body, _accumulate(group.reduce, x))
     if group.reduce in SIMD_REDUCTIONS:
         return _row_for(group, body, _accumulate(group.reduce, x), f"reduction({SIMD_REDUCTIONS[group.reduce]}:acc)")
@@ -59,6 +59,13 @@ def _two_pass_moments(group: ReductionGroup, body: list[str], x: str) -> list[st
     return (first + _row_for(group, body, f"mean += {x} - k;", "reduction(+:mean)")
             + [f"    mean /= {group.size}.0f;"]
             + _row_for(group, body, f"{{ const float d = ({x} - k) - mean; m2 += d * d; }}", "reduction(+:m2)"))
+
+
+def _simd_row(group: ReductionGroup) -> bool:
+    """A contiguous row of float32 inputs only. A bool input (a mask) made the simd loops of a masked row
+    softmax 2.2x slower than the scalar online one on this machine (bench/cpu_kernels.py), and 16-bit loads
+    convert element by element; those keep the scalar loop."""
+    return group.inner == 1 and all(v.dtype == "float32" for v in group.inputs)
 
 
 def _row_for(group: ReductionGroup, body: list[str], statement: str, simd: str | None = None) -> list[str]:
@@ -162,12 +169,13 @@ def _second_pass(group: ReductionGroup, element: str, reduced_names: dict[str, s
     lines += body_lines(group.prologue, names)
     if group.reduce in FULL_SHAPE_REDUCTIONS:
         x = names.get(group.operand, group.operand)
-        value = {"softmax": f"(ks_expf({x} - m) / s)", "safe_softmax": f"(m == -INFINITY ? 0.0f : ks_expf({x} - m) / s)",
+        exp = "ks_expf" if _simd_row(group) else "expf"  # libm's in a scalar loop: measured faster there
+        value = {"softmax": f"({exp}({x} - m) / s)", "safe_softmax": f"(m == -INFINITY ? 0.0f : {exp}({x} - m) / s)",
                  "log_softmax": f"({x} - m - logf(s))"}[group.reduce]
         lines.append(f"    const float v_{group.result} = {value};")
         names[group.result] = f"v_{group.result}"
         lines += body_lines(group.epilogue, names)
     lines += body_lines(group.broadcast_epilogue, names)
     lines += ["    " + store(o, f"out{j}[{element}]", names[o.name]) for j, o in full_outputs]
-    simd = ["    #pragma omp simd"] if group.inner == 1 else []  # contiguous stores, no chain
+    simd = ["    #pragma omp simd"] if _simd_row(group) else []  # contiguous stores, no chain
     return simd + [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in lines] + ["    }"]
