@@ -39,26 +39,27 @@ def reduction(group: ReductionGroup) -> str:
 def _accumulation(group: ReductionGroup, first: tuple[list[str], str]) -> list[str]:
     """The loop(s) over a line that leave the accumulator's variables holding the reduced value."""
     body, x = first
-    if not _simd_row(group):
-        return _row_for(group, body, _accumulate(group.reduce, x))
-    if group.reduce in SIMD_REDUCTIONS:
-        return _row_for(group, body, _accumulate(group.reduce, x), f"reduction({SIMD_REDUCTIONS[group.reduce]}:acc)")
-    if group.reduce in SOFTMAX_LIKE:
-        return (_row_for(group, body, f"m = fmaxf(m, {x});", "reduction(max:m)")
-                + _row_for(group, body, f"s += ks_expf({x} - m);", "reduction(+:s)")
-                + [f"    if (m == -INFINITY) s = {group.size}.0f;"])  # every x == m: exp(0) each, not NaN
-    if group.reduce == "welford" and group.size <= TWO_PASS_MAX_ROW:
-        return _two_pass_moments(group, body, x)
-    return _row_for(group, body, _accumulate(group.reduce, x))
+    if _simd_row(group):
+        if group.reduce in SIMD_REDUCTIONS:
+            clause = f"reduction({SIMD_REDUCTIONS[group.reduce]}:acc)"
+            return _line_loop(group, body + [f"    {_accumulate(group.reduce, x)}"], clause)
+        if group.reduce in SOFTMAX_LIKE:
+            return (_line_loop(group, body + [f"    m = fmaxf(m, {x});"], "reduction(max:m)")
+                    + _line_loop(group, body + [f"    s += ks_expf({x} - m);"], "reduction(+:s)")
+                    + [f"    if (m == -INFINITY) s = {group.size}.0f;"])  # every x == m: exp(0) each, not NaN
+        if group.reduce == "welford" and group.size <= TWO_PASS_MAX_ROW:
+            return _two_pass_moments(group, body, x)
+    return _line_loop(group, body + [f"    {_accumulate(group.reduce, x)}"])
 
 
 def _two_pass_moments(group: ReductionGroup, body: list[str], x: str) -> list[str]:
     """Welford's results (k + mean, m2) in two simd passes over x - k, k the line's first element as in
     WELFORD_STEP (x - k stays small where x is far from 0): the mean, then the squares about it."""
     first = ["    { const int64_t r = 0;"] + [f"  {ln}" for ln in body] + [f"      k = {x};", "    }"]
-    return (first + _row_for(group, body, f"mean += {x} - k;", "reduction(+:mean)")
+    return (first + _line_loop(group, body + [f"    mean += {x} - k;"], "reduction(+:mean)")
             + [f"    mean /= {group.size}.0f;"]
-            + _row_for(group, body, f"{{ const float d = ({x} - k) - mean; m2 += d * d; }}", "reduction(+:m2)"))
+            + _line_loop(group, body + [f"    {{ const float d = ({x} - k) - mean; m2 += d * d; }}"],
+                         "reduction(+:m2)"))
 
 
 def _simd_row(group: ReductionGroup) -> bool:
@@ -68,12 +69,11 @@ def _simd_row(group: ReductionGroup) -> bool:
     return group.inner == 1 and all(v.dtype == "float32" for v in group.inputs)
 
 
-def _row_for(group: ReductionGroup, body: list[str], statement: str, simd: str | None = None) -> list[str]:
-    """One loop over the line's elements: the loads and prologue, then `statement`; a simd loop when given
-    its reduction clause."""
-    pragma = [f"    #pragma omp simd {simd}"] if simd else []
-    return (pragma + [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in body]
-            + [f"      {statement}", "    }"])
+def _line_loop(group: ReductionGroup, body: list[str], simd: str | None = None) -> list[str]:
+    """One loop over the line's elements around `body` (lines at the row's indentation); a `#pragma omp simd`
+    loop when `simd` is given ("" for none of its clauses)."""
+    pragma = [f"    #pragma omp simd {simd}".rstrip()] if simd is not None else []
+    return pragma + [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in body] + ["    }"]
 
 
 def scan(group: ReductionGroup) -> str:
@@ -84,10 +84,8 @@ def scan(group: ReductionGroup) -> str:
     names[group.result] = f"v_{group.result}"
     after = body_lines(group.epilogue, names)
     stores = ["    " + store(o, f"out{j}[{element}]", names[o.name]) for j, o in enumerate(group.outputs)]
-    lines = ["    float acc = 0.0f;", f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"]
-    lines += [f"  {ln}" for ln in first + [f"    acc += {x};", f"    const float v_{group.result} = acc;"]
-              + after + stores] + ["    }"]
-    return variants(group, row_loop(group, lines))
+    body = first + [f"    acc += {x};", f"    const float v_{group.result} = acc;"] + after + stores
+    return variants(group, row_loop(group, ["    float acc = 0.0f;"] + _line_loop(group, body)))
 
 
 def _element(group: ReductionGroup) -> str:
@@ -177,5 +175,4 @@ def _second_pass(group: ReductionGroup, element: str, reduced_names: dict[str, s
         lines += body_lines(group.epilogue, names)
     lines += body_lines(group.broadcast_epilogue, names)
     lines += ["    " + store(o, f"out{j}[{element}]", names[o.name]) for j, o in full_outputs]
-    simd = ["    #pragma omp simd"] if _simd_row(group) else []  # contiguous stores, no chain
-    return simd + [f"    for (int64_t r = 0; r < {group.size}LL; ++r) {{"] + [f"  {ln}" for ln in lines] + ["    }"]
+    return _line_loop(group, lines, "" if _simd_row(group) else None)  # simd: contiguous stores, no chain
