@@ -31,6 +31,9 @@ from kernelsmith.compiler.pipeline import build_plan
 from kernelsmith.harness import build, loading
 from kernelsmith.harness.compare import compare
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from plan_runner import run_plan  # noqa: E402 (the tests' runner of a plan's kernels, as model_new.py runs them)
+
 
 def built_plan(task_path: Path, root: Path):
     """(the plan, the imported extension) of the task's CPU kernels."""
@@ -47,19 +50,6 @@ def built_plan(task_path: Path, root: Path):
     return built, build.import_extension(result.so_path, result.name)
 
 
-def run_plan(ext, plan, model, inputs: list, config: int):
-    """The plan's views and kernels in order, each kernel at `config`; its outputs."""
-    values = dict(zip([v.name for v in plan.inputs], inputs))
-    values |= {p.name: eval(p.source, {"self": model}) for p in plan.params}  # noqa: S307 (the plan's own paths)
-    for step in plan.prelude + plan.steps:
-        if not isinstance(step, Group):
-            values[step.out.name] = step.view.apply(values[step.source])
-            continue
-        got = getattr(ext, step.name)(*[values[v.name] for v in step.inputs], config)
-        values.update(zip([o.name for o in step.outputs], [got] if len(step.outputs) == 1 else got))
-    return [values[name] for name in plan.outputs]
-
-
 def timed_ms(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -72,16 +62,18 @@ def measure(task_path: Path, runs: int) -> dict:
         task = loading.load_module(str(task_path), "ks_bench_task")
         model = loading.seeded_reference(task, 0, "cpu", "fp32")
         inputs = loading.seeded_inputs(task, 0, "cpu", "fp32")
-        variants = len(built.variants[0]) if built.variants else 1
+        counts = [len(v) for v in built.variants]
+        args = dict(zip([v.name for v in built.plan.inputs], inputs))
+        args |= {p.name: eval(p.source, {"self": model}) for p in built.plan.params}  # noqa: S307 (the plan's paths)
         with torch.no_grad():
             expected = model(*inputs)
             contenders = {"eager": lambda: model(*inputs)}
-            for config in range(variants):
-                got = run_plan(ext, built.plan, model, inputs, config)
+            for config in range(max(counts, default=1)):
+                got = run_plan(ext, built.plan, args, config, counts)
                 verdict = compare(got[0] if len(got) == 1 else tuple(got), expected, "fp32")
                 if not verdict["ok"]:
                     raise SystemExit(f"{task_path}: variant {config} is wrong: {verdict['reason']}")
-                contenders[f"v{config}"] = lambda c=config: run_plan(ext, built.plan, model, inputs, c)
+                contenders[f"v{config}"] = lambda c=config: run_plan(ext, built.plan, args, c, counts)
             samples = {name: [] for name in contenders}
             for fn in contenders.values():
                 fn()
