@@ -13,4 +13,8 @@ __version__ = "0.1.0"
 #      and the reference's module; eager's cycle growth over the calibration is charged to the candidate
 # 3.5: only eager's spread says a machine is busy; a jittery candidate is credited by the larger of median and mean
 # 3.6: the CPU time that the candidate's own threads spend beside the harness's loop is charged (runner.ParentClock)
+# 3.7: that CPU time read from each process's CPU clock (exited threads included) less the harness threads'
+# 3.8: a profile, trace or monitoring hook installed by the candidate is a violation (guards.Observers)
+# 3.9: that CPU time read from the run's input draw, while the worker waits (no phantom time of its main thread)
+# 3.10: a run's cycle on the parent's clock starts at its input draw (spot checks are no run's)
 HARNESS_VERSION = "3.10"

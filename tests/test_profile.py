@@ -1012,3 +1012,31 @@ def test_a_candidate_that_patches_the_harness_in_its_process_is_rejected(candida
         profile=True, min_runs=20)
     assert not result.clean
     assert any("replaced functions the harness relies on" in v for v in result.violations), result.violations
+
+
+def test_a_runs_cycle_starts_at_its_input_draw_so_the_harness_work_before_it_is_no_runs():
+    """The parent's clock over its real pipes, the worker's side driven here: work the harness does between a
+    run's `done` and the next draw (spot checks, after some runs only, none in the calibration) must not land
+    in a cycle, or eager's cycles grow over the calibration's and the growth is charged to an honest kernel
+    (harness 3.10; 0.089 -> 0.330 ms on an H100). 200 ms of such work against a 100 ms bound: the pipe round
+    trips of one cycle take well under a millisecond, so only that work could reach the bound."""
+    import time
+
+    from kernelsmith.evaluation import runner
+    from kernelsmith.harness import profile
+
+    parent, job = runner.ParentClock(), {}
+    with parent.serving(job):
+        worker = profile.ParentClock(job["clock_fds"])
+        for _ in range(3):
+            worker.draw()
+            with worker.batch(checks.CALIBRATE):
+                worker.timed_ms = 1.0
+        worker.calibrated()
+        for _ in range(3):
+            time.sleep(0.2)  # the harness's own work before the run's draw
+            worker.draw()
+            with worker.batch("eager"):
+                pass
+    assert len(parent.cycles["eager"]) == 3 and len(parent.calibration) == 3
+    assert max(parent.cycles["eager"]) < 100, parent.cycles

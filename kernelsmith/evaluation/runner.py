@@ -485,7 +485,7 @@ class ParentClock:
         self.short_lived = 0  # brackets in which a child of the worker's tree ran and was reaped
         self.tree: list[int] = []  # the worker's processes at the latest census
         self.loads = loads.LoadCensus()  # what those processes map, read between the candidate's brackets
-        # CPU ms that threads the harness did not have spent between the previous bracket and each timed run,
+        # CPU ms that threads the harness did not have spent from each timed run's input draw to its bracket,
         # per contender: work run beside the harness's loop, on another core, lengthens no cycle
         self.foreign_cpu: dict[str, list[float]] = {}
         self.foreign_after: dict[str, list[float]] = {}  # the same gaps, by the contender of the run before
@@ -582,8 +582,9 @@ class ParentClock:
         else:
             self.batches.setdefault(name, []).append((done - start) * 1e3)
             self.cycles.setdefault(name, []).append(cycle_ms)
-        # this process's work between runs (the census below) lands in the next run's cycle: calibration
-        # runs do it too, so that eager's cycles before and after the candidate's import hold the same
+        # the census below runs before this process reads the next draw, so it is in no run's cycle (the one
+        # before the bracket is in this run's); calibration runs take both too, so that eager's cycles before
+        # and after the candidate's import hold the same
         if self._count(judged) > reaped and judged:  # a process started and ended inside the bracket
             self.short_lived += 1
         self.loads.after_run(self.tree, name == "candidate")  # after the bracket, like the count: what it maps
