@@ -38,8 +38,12 @@ ENV = "KERNELSMITH_HANDOFF"  # "DEVICE,FD[,TRIALS]": set by the parent in both w
 MAX_TRIALS = 64
 MAX_REQUEST = 512
 # the judge's buffers may hold this share of the GPU's memory and must leave this share free: the
-# candidate's later trials and the judge's own reference still need room
-GPU_SHARE, GPU_FREE_AFTER = 0.40, 0.25
+# candidate's later trials and the judge's own reference still need room. The free share is what keeps them
+# from running out (it is checked at each buffer, against what the GPU has free then, other lanes' verifies
+# included); the share itself only caps one verify. At 0.40, three of level1/21_Sigmoid's seven 6.4 GB trial
+# outputs went through the file on an 80 GB H100 (its verify 21 s against 4.3 s on the H200, docs/env.md);
+# all seven need 45 GB, 56% of it.
+GPU_SHARE, GPU_FREE_AFTER = 0.60, 0.25
 HOST_SHARE = 0.25  # of MemAvailable when the judge starts
 FIRST_ANSWER_S = 120.0  # the judge is importing torch while the candidate's first trial runs
 
