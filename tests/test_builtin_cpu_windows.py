@@ -58,6 +58,9 @@ CASES = {  # module, input shape
     # bools made in forward, computed as 0.0/1.0 inside one kernel: a negated mask into masked_fill and a
     # softmax (the masked_row_softmax example), comparisons into where and into a product
     "masked_softmax": ("MaskedSoftmax((3, 40))", (3, 40)),
+    # a float32 row softmax (vectorised passes; its exponentials kept in the output between them) with a scale
+    # before it and tanh after it, over rows longer than a vector and not a multiple of one
+    "softmax_rows": ("TemperatureSoftmax(0.7)", (6, 301)),
     "compare": ("Compare()", (4, 50)),
     # scaled_dot_product_attention with a bool mask made in forward that hides every key from about a quarter
     # of the query rows (their output is 0: _safe_softmax, kept whole) and hides the first keys of others
@@ -171,6 +174,15 @@ class MaskedSoftmax(nn.Module):
         return torch.softmax((x / 0.5).masked_fill(~self.mask, float("-inf")), dim=-1)
 
 
+class TemperatureSoftmax(nn.Module):
+    def __init__(self, t):
+        super().__init__()
+        self.t = t
+
+    def forward(self, x):
+        return torch.softmax(x / self.t, dim=-1)
+
+
 class Compare(nn.Module):
     # one chain, so every bool stays in its kernel (two independent chains would need a bool stored between
     # kernels, which the partitioner refuses with its reason)
@@ -250,6 +262,9 @@ def _task(folder: Path, module: str, shape, *floats) -> Path:
     return path
 
 
+GENERATED: dict[str, str] = {}  # each case's generated C++, for the checks of which loops it took
+
+
 def _build_all(root: Path):
     """Every case's kernels (renamed apart) in one source file of one CPU extension: the torch
     headers are parsed once, which is most of the build time."""
@@ -265,6 +280,7 @@ def _build_all(root: Path):
             group.name = f"c{i}_{j}_{group.kind}"
             made = cpu.generate(group, plan.plan.values)
             sources += made.files.values()
+            GENERATED[name] = GENERATED.get(name, "") + "\n".join(made.files.values())
         plans[name] = (plan.plan, max(len(v) for v in plan.variants))
     (root / "kernels" / "convs.cpp").write_text("\n".join(sources))
     result = build.build(root / "kernels", "cpu", build_dir=root / "build")
@@ -329,6 +345,10 @@ def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path):
     torch.manual_seed(0)  # the modules' weights and the inputs: a failure can be rerun
     ext, plans = _build_all(tmp_path)
     assert [len(plans[name][0].groups()) for name in ("grouped", "conv_softmax")] == [1, 2]
+    # the fast paths these cases exist for were taken: the softmax's exponentials kept in its output between
+    # passes, and the LayerNorm's weight read at the row's base plus r (no division per element)
+    assert "s += e;" in GENERATED["softmax_rows"] and "s += e;" not in GENERATED["masked_softmax"]
+    assert "[b1 + r]" in GENERATED["layer_norm"]
     for name, (module_source, shape, *floats) in CASES.items():
         module = eval(module_source, NAMESPACE)
         forward_args = [torch.randn(*shape), *floats]

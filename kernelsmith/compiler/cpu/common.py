@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kernelsmith.compiler import text
 from kernelsmith.compiler.cstyle import ops
-from kernelsmith.compiler.cstyle.access import access_for, broadcastable
+from kernelsmith.compiler.cstyle.access import Access, access_for, broadcastable
 from kernelsmith.compiler.ir import Group, ReductionGroup, Value
 
 SCHEDULES = [("omp static", "#pragma omp parallel for schedule(static)"),
@@ -78,6 +78,29 @@ def loads(group: Group, space: tuple[int, ...], flat: str, names: dict[str, str]
         lines.append(f"    const float a{i} = {as_float(value, f'in{i}[{offset}]')};")
         names[value.name] = f"a{i}"
     return lines
+
+
+def run_read(value: Value, shape: tuple[int, ...], split: int) -> str:
+    """How `value` is read along the last `split` dims: contiguous, broadcast (one element), or strided."""
+    access = access_for(value.shape, value.contiguous, shape)
+    if access.mode == "dense":
+        return "contiguous"
+    if access.mode == "scalar":
+        return "broadcast"
+    suffix, space = access.value_shape[-split:], shape[-split:]
+    if all(s == 1 for s in suffix):
+        return "broadcast"
+    return "contiguous" if value.contiguous and tuple(suffix) == tuple(space) else "strided"
+
+
+def base_line(i: int, value: Value, shape: tuple[int, ...], split: int, row: str) -> str:
+    """The offset of row `row` (of the dims before the last `split`) into a broadcast or strided input, as
+    `b<i>`; dense and scalar inputs need none."""
+    access = access_for(value.shape, value.contiguous, shape)
+    if access.mode != "strided":
+        return ""
+    prefix = Access("strided", shape[:-split], access.value_shape[:-split]).offset_expr(row, f"st{i}.s")
+    return f"    const int64_t b{i} = {prefix if shape[:-split] else '0'};\n"
 
 
 def variants(group: Group, loop_for) -> str:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from math import prod
 
-from kernelsmith.compiler.cpu.common import as_float, body_lines, call_arguments, dispatched, params, store
-from kernelsmith.compiler.cstyle.access import Access, access_for
+from kernelsmith.compiler.cpu.common import (as_float, base_line, body_lines, call_arguments, dispatched, params,
+                                             run_read, store)
+from kernelsmith.compiler.cstyle.access import access_for
 from kernelsmith.compiler.ir import PointwiseGroup, Value
 
 # (name the search shows, how the rows are shared): torch's own thread pool, an OpenMP loop, one thread
@@ -36,27 +37,14 @@ def inner_dims(group: PointwiseGroup, shape: tuple[int, ...]) -> int:
     so that rows remain to share among threads, within the most the inputs allow (at least the last one).
     A suffix the inputs allow stays allowed when shortened, so the choice is any length up to that most."""
     most = next((s for s in range(len(shape), 1, -1)
-                 if all(_run_read(v, shape, s) != "strided" for v in group.inputs)), 1)
+                 if all(run_read(v, shape, s) != "strided" for v in group.inputs)), 1)
     return next((s for s in range(1, most + 1) if prod(shape[-s:]) >= MIN_RUN), most)
-
-
-def _run_read(value: Value, shape: tuple[int, ...], split: int) -> str:
-    """How `value` is read along the last `split` dims: contiguous, broadcast (one element), or strided."""
-    access = access_for(value.shape, value.contiguous, shape)
-    if access.mode == "dense":
-        return "contiguous"
-    if access.mode == "scalar":
-        return "broadcast"
-    suffix, space = access.value_shape[-split:], shape[-split:]
-    if all(s == 1 for s in suffix):
-        return "broadcast"
-    return "contiguous" if value.contiguous and tuple(suffix) == tuple(space) else "strided"
 
 
 def _row_function(group: PointwiseGroup, shape: tuple[int, ...], split: int, inner: int) -> str:
     """`<name>_rows(r0, r1, ...)`: rows r0..r1 of the index space, each one vectorised run."""
     names: dict[str, str] = {}
-    bases = [_base_line(i, v, shape, split) for i, v in enumerate(group.inputs)]
+    bases = [base_line(i, v, shape, split, "r") for i, v in enumerate(group.inputs)]
     loads = [_load_line(i, v, shape, split, inner) for i, v in enumerate(group.inputs)]
     for i, value in enumerate(group.inputs):
         names[value.name] = f"a{i}"
@@ -68,20 +56,11 @@ def _row_function(group: PointwiseGroup, shape: tuple[int, ...], split: int, inn
             "\n    }\n  }\n}\n\n")
 
 
-def _base_line(i: int, value: Value, shape: tuple[int, ...], split: int) -> str:
-    """The row's offset into a broadcast or strided input (dense and scalar inputs need none)."""
-    access = access_for(value.shape, value.contiguous, shape)
-    if access.mode != "strided":
-        return ""
-    prefix = Access("strided", shape[:-split], access.value_shape[:-split]).offset_expr("r", f"st{i}.s")
-    return f"    const int64_t b{i} = {prefix if shape[:-split] else '0'};\n"
-
-
 def _load_line(i: int, value: Value, shape: tuple[int, ...], split: int, inner: int) -> str:
     access = access_for(value.shape, value.contiguous, shape)
     where = {"dense": f"r * {inner}LL + c", "scalar": "0"}.get(access.mode)
     if where is None:
-        read = _run_read(value, shape, split)
+        read = run_read(value, shape, split)
         where = {"broadcast": f"b{i}", "contiguous": f"b{i} + c"}.get(read, f"b{i} + c * st{i}.s[{len(shape) - 1}]")
     return f"      const float a{i} = {as_float(value, f'in{i}[{where}]')};"
 

@@ -3,8 +3,12 @@ the reduced range walked in order inside, the pointwise work around it fused in.
 
 from __future__ import annotations
 
-from kernelsmith.compiler.cpu.common import body_lines, broadcasts, loads, row_loop, store, variants
+from math import prod
+
+from kernelsmith.compiler.cpu.common import (as_float, base_line, body_lines, broadcasts, loads, row_loop, run_read,
+                                             store, variants)
 from kernelsmith.compiler.cstyle import ops
+from kernelsmith.compiler.cstyle.access import access_for
 from kernelsmith.compiler.ir import FULL_SHAPE_REDUCTIONS, ReductionGroup
 
 INIT = {"sum": "0.0f", "mean": "0.0f", "norm2": "0.0f", "amax": "-INFINITY", "amin": "INFINITY",
@@ -30,7 +34,7 @@ TWO_PASS_MAX_ROW = 16384  # elements: a row of floats up to 64 KB stays in L2 fo
 def reduction(group: ReductionGroup) -> str:
     element = _element(group)
     first = _row_prologue(group, element)
-    lines = [f"    {line}" for line in _init(group.reduce)] + _accumulation(group, first)
+    lines = _line_bases(group) + [f"    {line}" for line in _init(group.reduce)] + _accumulation(group, first)
     finished, reduced_names = _finish_reduced(group)
     lines += finished + _second_pass(group, element, reduced_names)
     return variants(group, row_loop(group, lines))
@@ -45,11 +49,30 @@ def _accumulation(group: ReductionGroup, first: tuple[list[str], str]) -> list[s
             return _line_loop(group, body + [f"    {_accumulate(group.reduce, x)}"], clause)
         if group.reduce in SOFTMAX_LIKE:
             return (_line_loop(group, body + [f"    m = fmaxf(m, {x});"], "reduction(max:m)")
-                    + _line_loop(group, body + [f"    s += ks_expf({x} - m);"], "reduction(+:s)")
+                    + _line_loop(group, body + [_exp_sum(group, x)], "reduction(+:s)")
                     + [f"    if (m == -INFINITY) s = {group.size}.0f;"])  # every x == m: exp(0) each, not NaN
         if group.reduce == "welford" and group.size <= TWO_PASS_MAX_ROW:
             return _two_pass_moments(group, body, x)
     return _line_loop(group, body + [f"    {_accumulate(group.reduce, x)}"])
+
+
+def _exp_sum(group: ReductionGroup, x: str) -> str:
+    """The sum pass of a softmax-like row; a softmax's exponentials also go to its scratch output, so that the
+    output's pass reads them instead of computing each one again (the exponential was a fifth of the row's
+    time on the CPU, bench/cpu_kernels.py)."""
+    scratch = _softmax_scratch(group)
+    if scratch is None:
+        return f"    s += ks_expf({x} - m);"
+    return f"    {{ const float e = ks_expf({x} - m); s += e; {scratch} = e; }}"
+
+
+def _softmax_scratch(group: ReductionGroup) -> str | None:
+    """The element of a float32 output of a softmax row that holds its exponentials between the sum pass and
+    the output's pass (which reads each before it stores there); None where there is none."""
+    if group.reduce not in ("softmax", "safe_softmax") or not _simd_row(group):
+        return None
+    j = next((j for j, o in enumerate(group.outputs) if o.dtype == "float32"), None)
+    return None if j is None else f"out{j}[{_element(group)}]"
 
 
 def _two_pass_moments(group: ReductionGroup, body: list[str], x: str) -> list[str]:
@@ -85,7 +108,7 @@ def scan(group: ReductionGroup) -> str:
     after = body_lines(group.epilogue, names)
     stores = ["    " + store(o, f"out{j}[{element}]", names[o.name]) for j, o in enumerate(group.outputs)]
     body = first + [f"    acc += {x};", f"    const float v_{group.result} = acc;"] + after + stores
-    return variants(group, row_loop(group, ["    float acc = 0.0f;"] + _line_loop(group, body)))
+    return variants(group, row_loop(group, _line_bases(group) + ["    float acc = 0.0f;"] + _line_loop(group, body)))
 
 
 def _element(group: ReductionGroup) -> str:
@@ -97,10 +120,52 @@ def _row_prologue(group: ReductionGroup, element: str, names: dict[str, str] | N
     """Loads of the in_shape inputs and the prologue ops at one element; returns (lines, operand expr).
     `names` receives the C variable of each loaded input and prologue value."""
     names = {} if names is None else names
-    full = [v.name for v in group.inputs if broadcasts(v, group.in_shape)]
-    lines = loads(group, group.in_shape, element, names, only=full)
-    lines += body_lines(group.prologue, names)
+    lines = _line_loads(group, element, names) + body_lines(group.prologue, names)
     return lines, names.get(group.operand, group.operand)
+
+
+def _row_dims(group: ReductionGroup) -> int:
+    """How many trailing dims of the operand one line covers where lines are contiguous rows (inner == 1);
+    0 where they are not."""
+    shape = tuple(group.in_shape)
+    if group.inner != 1 or not shape:
+        return 0
+    return next((k for k in range(1, len(shape) + 1) if prod(shape[-k:]) == group.size), 0)
+
+
+def _row_read(group: ReductionGroup, i: int, split: int) -> str | None:
+    """How input i is read along a row: "contiguous" or "broadcast" from its row's base b<i> (a weight of the
+    row's length, a per-row scale), or None where the flat element's offset must be computed."""
+    value = group.inputs[i]
+    if not split or access_for(value.shape, value.contiguous, tuple(group.in_shape)).mode != "strided":
+        return None
+    read = run_read(value, tuple(group.in_shape), split)
+    return read if read in ("contiguous", "broadcast") else None
+
+
+def _line_bases(group: ReductionGroup) -> list[str]:
+    """The row's base offset into each input read from one (_row_read), once per line: a flat index's offset
+    into a broadcast input is a division and a modulo per element, which no loop vectorises."""
+    split, shape = _row_dims(group), tuple(group.in_shape)
+    return [base_line(i, v, shape, split, "o").rstrip("\n") for i, v in enumerate(group.inputs)
+            if broadcasts(v, shape) and _row_read(group, i, split)]
+
+
+def _line_loads(group: ReductionGroup, element: str, names: dict[str, str]) -> list[str]:
+    """Loads of the in_shape inputs at element r of the line: from the row's base where _line_bases gave one."""
+    split, shape = _row_dims(group), tuple(group.in_shape)
+    lines = []
+    for i, value in enumerate(group.inputs):
+        if not broadcasts(value, shape):
+            continue
+        read = _row_read(group, i, split)
+        if read is None:
+            lines += loads(group, shape, element, names, only=[value.name])
+            continue
+        where = f"b{i} + r" if read == "contiguous" else f"b{i}"
+        lines.append(f"    const float a{i} = {as_float(value, f'in{i}[{where}]')};")
+        names[value.name] = f"a{i}"
+    return lines
 
 
 def _init(reduce: str) -> list[str]:
@@ -162,13 +227,12 @@ def _second_pass(group: ReductionGroup, element: str, reduced_names: dict[str, s
     if not full_outputs:
         return []
     names = dict(reduced_names)
-    full = [v.name for v in group.inputs if broadcasts(v, group.in_shape)]
-    lines = loads(group, group.in_shape, element, names, only=full)
-    lines += body_lines(group.prologue, names)
+    lines = _line_loads(group, element, names) + body_lines(group.prologue, names)
     if group.reduce in FULL_SHAPE_REDUCTIONS:
         x = names.get(group.operand, group.operand)
         exp = "ks_expf" if _simd_row(group) else "expf"  # libm's in a scalar loop: measured faster there
-        value = {"softmax": f"({exp}({x} - m) / s)", "safe_softmax": f"(m == -INFINITY ? 0.0f : {exp}({x} - m) / s)",
+        e = _softmax_scratch(group) or f"{exp}({x} - m)"
+        value = {"softmax": f"({e} / s)", "safe_softmax": f"(m == -INFINITY ? 0.0f : {e} / s)",
                  "log_softmax": f"({x} - m - logf(s))"}[group.reduce]
         lines.append(f"    const float v_{group.result} = {value};")
         names[group.result] = f"v_{group.result}"
