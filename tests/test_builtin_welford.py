@@ -13,10 +13,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernelsmith.compiler import cpu  # noqa: E402
-from kernelsmith.compiler.ir import Group  # noqa: E402
 from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
 from kernelsmith.harness import build  # noqa: E402
 from kernelsmith.harness.compare import compare  # noqa: E402
+
+import plan_runner  # noqa: E402 (tests/: the kernels of a plan run as model_new.py runs them)
 
 ROWS, N, EPS = 64, 1024, 1e-5
 
@@ -60,17 +61,12 @@ def layer_norm(tmp_path_factory):
     return build.import_extension(result.so_path, result.name), built, model
 
 
-def _run(ext, plan, model, x: torch.Tensor, config: int) -> torch.Tensor:
-    """The plan's views and kernels in order, each kernel at `config`."""
+def _run(ext, built, model, x: torch.Tensor, config: int) -> torch.Tensor:
+    """The plan's views and kernels in order, each kernel at `config` (plan_runner.run_plan)."""
     task_model = torch.nn.ModuleDict({"ln": model})  # the task's Model: its parameters are self.ln.*
-    values = {plan.inputs[0].name: x} | {p.name: eval(p.source, {"self": task_model}) for p in plan.params}
-    for step in plan.prelude + plan.steps:
-        if not isinstance(step, Group):
-            values[step.out.name] = step.view.apply(values[step.source])
-            continue
-        got = getattr(ext, step.name)(*[values[v.name] for v in step.inputs], config)
-        values.update(zip([o.name for o in step.outputs], [got] if len(step.outputs) == 1 else got))
-    return values[plan.outputs[0]]
+    plan = built.plan
+    args = {plan.inputs[0].name: x} | {p.name: eval(p.source, {"self": task_model}) for p in plan.params}
+    return plan_runner.run_plan(ext, plan, args, config, [len(v) for v in built.variants])[0]
 
 
 def naive_layer_norm(x: torch.Tensor, model) -> torch.Tensor:
@@ -102,7 +98,7 @@ def test_rows_far_from_zero_match_torch_where_the_naive_formula_fails(layer_norm
     with torch.no_grad():
         expected = model(x)
         for config in range(len(built.variants[0])):
-            verdict = compare(_run(ext, built.plan, model, x, config), expected, "fp32")
+            verdict = compare(_run(ext, built, model, x, config), expected, "fp32")
             assert verdict["ok"], f"variant {config}: {verdict['reason']}"
         assert not compare(naive_layer_norm(x, model), expected, "fp32")["ok"]
 
@@ -121,6 +117,6 @@ def test_rows_very_far_from_zero_are_as_close_to_the_exact_answer_as_torch(layer
             return float((y.double() - exact).norm() / exact.norm())
         torch_error = error(model(x))
         for config in range(len(built.variants[0])):
-            ours = error(_run(ext, built.plan, model, x, config))
+            ours = error(_run(ext, built, model, x, config))
             assert ours <= 1.5 * torch_error, f"variant {config}: {ours:.3g} from exact, torch {torch_error:.3g}"
         assert not error(naive_layer_norm(x, model)) <= 1.0  # NaN or a relative error over 100%
