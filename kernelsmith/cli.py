@@ -419,8 +419,11 @@ def _bench_rows(bench_mod, plan, paths: list[Path], pool, eval_only: bool, sampl
                                                    f"{counts['faster']}; last: {row['task']} {row['status']}")
             bar.console.print(_row_line(row))  # above the bar on a terminal; the only progress in a log file
 
+        names = bench_mod.task_names(tasks) if tasks else {}  # the rows' names (examples/*/model.py apart)
+
         def on_lint(path: Path, flags: list[str]) -> None:
-            bar.console.print(f"lint {bench_mod.level_of(path) or '-'}/{path.stem}: {', '.join(flags) or 'ok'}")
+            name = names.get(path, path.stem)
+            bar.console.print(f"lint {bench_mod.level_of(path) or '-'}/{name}: {', '.join(flags) or 'ok'}")
 
         def on_stop(running: int) -> None:
             bar.console.print(f"interrupted: waiting for {running} running session(s) to end their turn "

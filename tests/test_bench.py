@@ -258,10 +258,11 @@ def test_tasks_of_one_name_in_different_folders_get_their_own_workdirs_and_rows(
     script.write_text(json.dumps([{"text": "done", "tool_calls": [{"name": "finish", "arguments": {"summary": "-"}}]}]))
     out = tmp_path / "out"
     proc = ks("bench", tasks / "rows" / "model.py", tasks / "cols" / "model.py", "--backend", "scripted",
-              "--script", script, "--device", "cpu", "--out", out, "--no-lint")
+              "--script", script, "--device", "cpu", "--out", out)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert sorted(r["task"] for r in rows) == ["cols-model", "rows-model"]
+    assert "lint -/rows-model: ok" in proc.stdout and "lint -/cols-model: ok" in proc.stdout  # as the rows say
     for folder in ("rows", "cols"):
         workdir = out / "workdirs" / "tasks" / f"{folder}-model" / "run0"
         assert (workdir / "model.py").read_text().startswith(f"# the {folder} task"), folder
