@@ -257,6 +257,22 @@ def test_profile_reports_spread_and_roofline_inputs(candidate, run_eval):
     assert result.seconds["profile_runs"] >= 20
 
 
+def test_profile_says_where_its_timed_loops_time_goes(candidate, run_eval):
+    """The timed loop's parts (the draw, the flush, the parent's go, the call, the checksum, ...) are in the
+    result, and together they are the loop: a breakdown that leaves most of the loop out explains nothing."""
+    result = run_eval(candidate(HONEST), profile=True, min_runs=20)
+    assert result.clean, result.violations
+    parts = {k.removeprefix("profile.worker.timed."): v for k, v in result.seconds.items()
+             if k.startswith("profile.worker.timed.")}
+    assert set(parts) == {"check", "draw", "flush", "go", "call", "checksum", "done", "spot_checks", "seed_wait"}
+    assert all(v >= 0 for v in parts.values()), parts
+    loop = sum(v for k, v in parts.items() if k != "seed_wait")  # the seed's wait is inside the draw
+    timed = result.seconds["profile.worker.timed"]
+    assert 0.9 * timed - 0.01 <= loop <= timed + 0.01, (loop, timed, parts)
+    assert parts["seed_wait"] <= parts["draw"] + 0.001
+    assert parts["call"] > 0 and parts["draw"] > 0
+
+
 @pytest.mark.parametrize("eager,compiled,expected", [
     (None, None, 1.0), (1.04, None, 1.0), (1.06, None, 2.0), (1.06, 1.04, 2.0), (1.06, 1.06, 3.0), (0.9, 2.0, 1.0),
 ])
@@ -923,18 +939,42 @@ def test_a_helper_that_starts_and_ends_inside_each_timed_run_is_caught(candidate
     assert any("started and ended inside" in v for v in result.violations), result.violations
 
 
-def test_a_helper_process_beside_the_timed_candidate_is_caught(candidate, run_eval):
+HELPERS = {  # ways to start a process beside the worker that outlives the import
+    "child": '''
+        import subprocess, sys
+        _helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    ''',
+    # forked by a thread that lives on: listed under that thread's children only, not the main thread's
+    "from-a-thread": '''
+        import subprocess, sys, threading
+        def _start_and_stay():
+            _helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            threading.Event().wait()
+        threading.Thread(target=_start_and_stay, daemon=True).start()
+    ''',
+    # a daemon: forked twice, its own session, its parent gone (adopted by the PID namespace's init in the jail)
+    "daemon": '''
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(600)
+            os._exit(0)
+        os.wait()
+    ''',
+}
+
+
+@pytest.mark.parametrize("helper", list(HELPERS))
+def test_a_helper_process_beside_the_timed_candidate_is_caught(candidate, run_eval, helper):
     """Compute in a process of the candidate's own making is watched by nothing (no op watch, no load check):
     a server there could run torch.compile's code while the candidate's kernel only copies its answers. The
-    parent counts the worker's processes around every timed run; this helper only waits, and is still seen."""
-    result = run_eval(candidate('''
-        import subprocess, sys
-
-        _helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-
-        class ModelNew(Base):
-            def forward(self, x):
-                return kernel("axpb", x, self.bias)
+    parent counts the worker's processes around every timed run; this helper only waits, and is still seen,
+    however it was started (the jailed census walks each thread's children from bwrap down)."""
+    result = run_eval(candidate(textwrap.dedent(HELPERS[helper]) + '''
+class ModelNew(Base):
+    def forward(self, x):
+        return kernel("axpb", x, self.bias)
     '''), profile=True, min_runs=30)
     assert not result.clean and result.reward == -1, (result.speedup_vs_eager, result.notes)
     assert any("besides the worker ran while the candidate was timed" in v for v in result.violations), \

@@ -76,11 +76,74 @@ def _pids_where(field: int, value: int) -> list[int]:
     return [pid for pid, fields in _stat_fields() if int(fields[field]) == value]
 
 
-def _tree_and_reaped(root: int) -> tuple[list[int], int]:
+def _tree_and_reaped(root: int, jailed: bool = False) -> tuple[list[int], int]:
     """root, every process below it and every process of root's session, and the CPU ticks of the children
     they have reaped (cutime + cstime): a child that ran and was waited for between two looks adds to them.
     A jailed worker's PID namespace hangs off bwrap whole (an orphan in it is adopted by the namespace's
-    init); an orphan of a bare worker is adopted by this process, the subreaper, but keeps the session."""
+    init), so its tree is walked down from bwrap through each thread's children; an orphan of a bare worker
+    is adopted by this process, the subreaper, but keeps the session, so a bare worker's census scans every
+    process."""
+    if jailed and CHILDREN_FILES:
+        return _walked_tree(root)
+    return _scanned_tree(root)
+
+
+# /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN; gVisor has none). Reading the children of the few processes
+# of a jailed worker's tree costs about a tenth of a scan of every /proc/PID/stat, which the census did twice
+# around every timed run: 8.8 ms a scan on a 2-core machine running a test suite, most of the per-run cost of a
+# profile there (docs/env.md)
+CHILDREN_FILES = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+def _walked_tree(root: int) -> tuple[list[int], int]:
+    """_tree_and_reaped of a jailed worker: root and its descendants, by every thread's children. A single
+    read of a children file is one traversal under RCU, so a child that lives through it is listed; a child
+    whose parent thread exits meanwhile moves to another thread of that process and is seen at the next look."""
+    tree, frontier, reaped = [], [root], 0
+    while frontier:
+        pid = frontier.pop()
+        fields = _stat_of(pid)
+        if fields is None:  # gone since its parent listed it
+            continue
+        tree.append(pid)
+        reaped += int(fields[13]) + int(fields[14]) if len(fields) > 14 else 0
+        frontier += _threads_children(pid)
+    return tree, reaped
+
+
+def _stat_of(pid: int) -> list[bytes] | None:
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            return os.read(fd, 4096).rsplit(b")", 1)[1].split()
+        finally:
+            os.close(fd)
+    except (OSError, IndexError):
+        return None
+
+
+def _threads_children(pid: int) -> list[int]:
+    """The children of every thread of pid (a child forked by a thread other than the main one is listed
+    under that thread only)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    children = []
+    for tid in tids:
+        try:
+            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
+            try:
+                children += [int(c) for c in os.read(fd, 1 << 16).split()]
+            finally:
+                os.close(fd)
+        except (OSError, ValueError):
+            continue
+    return children
+
+
+def _scanned_tree(root: int) -> tuple[list[int], int]:
+    """_tree_and_reaped by one scan of every process's stat: a bare worker, or no children files."""
     children: dict[int, list[int]] = {}
     stats: dict[int, list[bytes]] = {}
     for pid, fields in _stat_fields():  # one read of /proc (gVisor has no /proc/PID/task/TID/children)
@@ -479,7 +542,7 @@ class ParentClock:
         self.seeds: list[int] = []  # per timed candidate run, in order
         self.draws = 0
         self._last: int | None = None
-        self.worker_pid, self.expected_processes = None, 1
+        self.worker_pid, self.expected_processes, self.jailed = None, 1, False
         self.most_processes = 0  # the most processes of the worker's tree seen at a timed batch
         self.crowd: list[str] = []  # that tree's command names, when it held more than expected
         self.short_lived = 0  # brackets in which a child of the worker's tree ran and was reaped
@@ -497,14 +560,14 @@ class ParentClock:
         """Count the worker's processes around each timed batch: in the jail bwrap, the namespace's init and
         the worker; bare, the worker. Any other (a helper started by the candidate, computing where neither
         the op watch nor the load checks look) is a violation (evaluation/checks.py)."""
-        self.worker_pid, self.expected_processes = pid, 3 if jailed else 1
+        self.worker_pid, self.expected_processes, self.jailed = pid, 3 if jailed else 1, jailed
 
     def _count(self, judged: bool = True) -> int:
         """Census of the worker's processes; the CPU ticks of the children they have reaped so far. Unjudged
         (a calibration run: no candidate code exists yet) it costs the same and counts nothing against it."""
         if self.worker_pid is None:
             return 0
-        tree, reaped = _tree_and_reaped(self.worker_pid)
+        tree, reaped = _tree_and_reaped(self.worker_pid, self.jailed)
         self.tree = tree
         if not judged:
             return reaped
@@ -517,7 +580,7 @@ class ParentClock:
         """The worker has imported torch and the harness and has no job yet, so no candidate code: what it
         maps now is its own (loads.LoadCensus.baseline)."""
         if self.worker_pid is not None:
-            self.loads.baseline(_tree_and_reaped(self.worker_pid)[0])
+            self.loads.baseline(_tree_and_reaped(self.worker_pid, self.jailed)[0])
 
     @contextlib.contextmanager
     def serving(self, job: dict):

@@ -79,6 +79,30 @@ def local_draws(seed: int):
     return lambda: rng.randrange(1, 2**62)
 
 
+class LoopTimes:
+    """Wall seconds of each part of a timed loop (interleave), summed over its runs, for the breakdown of a
+    profile's time (its `phases`): the check, the draw (with the wait for the parent's seed), the flush, the
+    wait for the parent's go, the timed call, the checksum, the end of the bracket, the spot checks. Reported
+    by the worker, so informational only, like timing.Phases; summed unrounded (a run's parts are
+    milliseconds). Watched like the harness's other objects (guards.IdentitySnapshot): its marks run between
+    the draw and the bracket."""
+
+    MUTABLE = frozenset({"_last"})
+
+    def __init__(self, clock):
+        self.clock, self.seconds, self._last = clock, {}, clock()
+
+    def mark(self, part: str | None) -> None:
+        """The time since the previous mark counts to `part` (None: starts the count)."""
+        now = self.clock()
+        if part is not None:
+            self.seconds[part] = self.seconds.get(part, 0.0) + now - self._last
+        self._last = now
+
+    def phases(self, prefix: str) -> dict[str, float]:
+        return {prefix + part: round(s, 3) for part, s in self.seconds.items()}
+
+
 def _seeds(job: dict) -> list[int]:
     """The fixed sets' seeds (trusted contenders only: what they are does not matter to a check)."""
     rng = random.Random(job["seed"])
@@ -92,7 +116,7 @@ def _budget(job: dict) -> tuple[int, float]:
 def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flusher,
                min_runs: int, min_seconds: float, between=None, watches: dict | None = None,
                clock=None, record=None, fresh: frozenset = frozenset(), queued: frozenset = frozenset(),
-               before_draw=None) -> dict:
+               before_draw=None, times: "LoopTimes | None" = None) -> dict:
     """Time every contender round-robin in random order until the budget is met.
 
     Each timed run is bracketed from outside this process by the parent's clock (ParentClock): the
@@ -102,31 +126,42 @@ def interleave(contenders: dict, pool: InputPool, clocks: Clocks, flusher: L2Flu
     contender no time. between(name, run) runs after each run, outside the bracket (spot checks). The
     contenders named in `fresh` get a fresh input draw for every run (InputPool); those named in `queued`
     are timed without the device sync before the start event (trusted contenders only: Clocks).
-    before_draw() runs before every run's input draw (the observer check)."""
+    before_draw() runs before every run's input draw (the observer check). times (LoopTimes) sums the wall
+    time of each part of the loop over its runs."""
     samples = {name: {"device": [], "full": [], "host": []} for name in contenders}
     order = list(contenders)
     rng = random.Random(len(order))
     start = clocks.monotonic()
+    mark = times.mark if times else (lambda _part: None)
+    mark(None)
     while True:
         rng.shuffle(order)
         for name in order:
             if before_draw:
                 before_draw()
+            mark("check")
             inputs = pool.next(fresh=name in fresh)
+            mark("draw")
             flusher.flush()
+            mark("flush")
             with (clock.batch(name) if clock else nullcontext()):
+                mark("go")  # `ready`, then the parent's census, then its go
                 with (watches or {}).get(name) or nullcontext():
                     dev_ms, full_ms, host_ms, out = (clocks.time_call(contenders[name], inputs, settle=False)
                                                      if name in queued else clocks.time_call(contenders[name], inputs))
+                mark("call")
                 if clock and name == CALIBRATE:
                     clock.timed_ms = dev_ms
                 if record:
                     record(name, pool.last if name in fresh else None, out)
+                mark("checksum")
             for key, value in (("device", dev_ms), ("full", full_ms), ("host", host_ms)):
                 samples[name][key].append(value)
             del out
+            mark("done")
             if between:
                 between(name, len(samples[name]["device"]) - 1)
+            mark("spot_checks")
         runs = min(len(s["device"]) for s in samples.values())
         timed_s = min(sum(s["device"]) for s in samples.values()) / 1e3
         if runs >= min_runs or (timed_s >= min_seconds and runs >= 10) or clocks.monotonic() - start > MAX_WALL_S:
@@ -196,8 +231,9 @@ def run_profile(job: dict) -> dict:
         calibrate(eager, pool, clocks, flusher, parent_clock, native, sums, _budget(job)[0],
                   process_guard.observers.check)
         phases.mark("calibrate")
+        loop = LoopTimes(clocks.perf_counter)  # made and watched before the candidate exists: its marks run
         process_guard.watch(clocks=clocks, pool=pool, flusher=flusher, sums=sums, parent_clock=parent_clock,
-                            eager=eager, tripwires=tripwires, native=native, task=task)
+                            eager=eager, tripwires=tripwires, native=native, task=task, loop=loop)
         candidate_module = loading.load_module(job["candidate"], "ks_candidate")  # untrusted from here on
         torch.manual_seed(job["seed"] + 1)
         model = candidate_module.ModelNew(*loading.init_inputs(task)).to(device)
@@ -213,11 +249,16 @@ def run_profile(job: dict) -> dict:
         warm_s["candidate"] = _warm(watched, pool, clocks, fresh=True)
         phases.mark("warm")
         checks = SpotChecker(watched, eager, pool, precision, random.Random(job["seed"]), *_budget(job))
+        seed_wait = parent_clock.seed_wait if parent_clock else 0.0  # the calibration's draws waited too
         samples = interleave({"candidate": candidate, "eager": eager}, pool, clocks, flusher, *_budget(job),
                              between=checks.maybe_check, clock=parent_clock, record=sums.record,
                              watches={"candidate": native, "eager": native and native.unjudged()},
-                             fresh=frozenset({"candidate", "eager"}), before_draw=process_guard.observers.check)
+                             fresh=frozenset({"candidate", "eager"}), before_draw=process_guard.observers.check,
+                             times=loop)
         phases.mark("timed")
+    phases.seconds.update(loop.phases("timed."))
+    if parent_clock is not None:
+        phases.seconds["timed.seed_wait"] = round(parent_clock.seed_wait - seed_wait, 3)
     violations = _profile_violations([recorder, native, tripwires], samples, checks, device) \
         + process_guard.violations() + sums.problems
     rooflines = roofline.measure(reference, pool.sets[0], device, precision)
@@ -254,7 +295,8 @@ def calibrate(eager, pool: InputPool, clocks: Clocks, flusher: L2Flusher, parent
     record = lambda name, seed, out: sums.record("eager", seed, out)  # eager's work, its verdict unused
     interleave({CALIBRATE: eager}, pool, clocks, flusher, calibration_runs(min_runs), math.inf, clock=parent_clock,
                record=record, watches={CALIBRATE: native and native.unjudged()}, fresh=frozenset({CALIBRATE}),
-               before_draw=before_draw)  # the timed loop's checks too, so that its cycles cost the same
+               before_draw=before_draw, times=LoopTimes(clocks.perf_counter))  # the timed loop's checks and
+    # marks too, so that its cycles cost the same
     parent_clock.calibrated()
 
 
@@ -270,16 +312,19 @@ class ParentClock:
     """This side of the parent's clock: `ready NAME`, wait for the parent's go, run, `done`. The parent
     times each bracket with a clock this process cannot reach (evaluation/runner.py)."""
 
-    MUTABLE = frozenset({"timed_ms"})
+    MUTABLE = frozenset({"timed_ms", "seed_wait"})
 
     def __init__(self, fds: list[int]):
         import os
+        import time
 
-        self.os = os
+        self.os, self.perf_counter = os, time.perf_counter
         self.go, self.report = fds
+        self.seed_wait = 0.0  # seconds spent waiting for seeds (the parent's reads at each draw), informational
 
     def draw(self) -> int:
         """The seed of the next fresh input draw, from the parent, which keeps it."""
+        start = self.perf_counter()
         self.os.write(self.report, b"draw\n")
         data = b""
         while len(data) < 8:
@@ -287,6 +332,7 @@ class ParentClock:
             if not chunk:
                 raise RuntimeError("the parent's clock went away")
             data += chunk
+        self.seed_wait += self.perf_counter() - start
         return int.from_bytes(data, "big")
 
     @contextmanager
