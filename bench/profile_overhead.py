@@ -44,8 +44,10 @@ def row(obs, wall: float) -> dict:
     runs = seconds.get("profile_runs") or 0
     compute = runs * ((timings.get("candidate") or 0) + (timings.get("eager_live") or timings.get("eager") or 0)) / 1e3
     return {"call_s": round(wall, 3), "compute_s": round(compute, 3), "runs": runs,
-            "ratio": round(wall / compute, 2) if compute else None, "clean": bool(result.get("clean")),
-            **{p: seconds.get(p) for p in PHASES}}
+            "ratio": round(wall / compute, 2) if compute else None,
+            "clean": bool(result.get("correct") and not result.get("violations")),  # (EvalResult.clean, a property)
+            **{p: seconds.get(p) for p in PHASES},
+            **{k: v for k, v in seconds.items() if k.startswith("profile.worker.timed.")}}  # the loop's parts
 
 
 def session(task: Path, candidate: Path, device: str, profiles: int, root: Path) -> list[dict]:
