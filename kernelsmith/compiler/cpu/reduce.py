@@ -87,8 +87,9 @@ def _two_pass_moments(group: ReductionGroup, body: list[str], x: str) -> list[st
 
 def _simd_row(group: ReductionGroup) -> bool:
     """A contiguous row of float32 inputs only. A bool input (a mask) made the simd loops of a masked row
-    softmax 2.2x slower than the scalar online one on this machine (bench/cpu_kernels.py), and 16-bit loads
-    convert element by element; those keep the scalar loop."""
+    softmax 2.2x slower than the scalar online one on this machine (bench/cpu_kernels.py): ks_expf of each
+    masked -inf went through a denormal. Without it (text/header.h) they are even with the scalar loop, not
+    faster, so masked rows keep it; 16-bit loads convert element by element and keep it too."""
     return group.inner == 1 and all(v.dtype == "float32" for v in group.inputs)
 
 
