@@ -58,17 +58,9 @@ def _stat_fields():
     """(pid, fields) of every visible process's /proc/PID/stat, the fields counted after the command name:
     field 1 is the parent pid, field 3 the session id."""
     for entry in os.scandir("/proc"):  # raw reads: the census runs it around every timed candidate run
-        if not entry.name.isdigit():
-            continue
-        try:
-            fd = os.open(f"/proc/{entry.name}/stat", os.O_RDONLY)
-            try:
-                stat = os.read(fd, 4096)
-            finally:
-                os.close(fd)
-            yield int(entry.name), stat.rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
+        fields = _stat_of(int(entry.name)) if entry.name.isdigit() else None
+        if fields is not None:
+            yield int(entry.name), fields
 
 
 def _pids_where(field: int, value: int) -> list[int]:
@@ -112,6 +104,7 @@ def _walked_tree(root: int) -> tuple[list[int], int]:
 
 
 def _stat_of(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (_stat_fields), or None where it cannot be read."""
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
         try:
