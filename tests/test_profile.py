@@ -1080,3 +1080,40 @@ def test_a_runs_cycle_starts_at_its_input_draw_so_the_harness_work_before_it_is_
                 pass
     assert len(parent.cycles["eager"]) == 3 and len(parent.calibration) == 3
     assert max(parent.cycles["eager"]) < 100, parent.cycles
+
+
+def test_the_jailed_census_walk_finds_a_threads_child_and_scans_when_a_children_file_cannot_be_read(monkeypatch):
+    """The census of a jailed worker walks its tree through every thread's children file; a file that exists
+    but cannot be read must not hide what it lists: the look falls back to scanning every process."""
+    import contextlib
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from kernelsmith.evaluation import runner
+
+    code = ("import subprocess, sys, threading, time\n"
+            "def start():\n"
+            "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "    threading.Event().wait()\n"
+            "threading.Thread(target=start, daemon=True).start()\n"
+            "time.sleep(60)\n")
+    root = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(runner._scanned_tree(root.pid)[0]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        tree = sorted(runner._scanned_tree(root.pid)[0])
+        assert len(tree) == 2, tree  # the worker and its thread's child
+        assert sorted(runner._tree_and_reaped(root.pid, jailed=True)[0]) == tree
+
+        def unreadable(pid, tid):
+            raise PermissionError(13, "Permission denied")
+        monkeypatch.setattr(runner, "_read_children", unreadable)
+        assert sorted(runner._tree_and_reaped(root.pid, jailed=True)[0]) == tree
+    finally:
+        for pid in runner._scanned_tree(root.pid)[0]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        root.wait()

@@ -76,8 +76,15 @@ def _tree_and_reaped(root: int, jailed: bool = False) -> tuple[list[int], int]:
     is adopted by this process, the subreaper, but keeps the session, so a bare worker's census scans every
     process."""
     if jailed and CHILDREN_FILES:
-        return _walked_tree(root)
+        try:
+            return _walked_tree(root)
+        except _Unreadable:  # fail closed: a tree whose children cannot all be read is scanned instead
+            pass
     return _scanned_tree(root)
+
+
+class _Unreadable(Exception):
+    """A children file that exists but could not be read (not one of a thread that has exited)."""
 
 
 # /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN; gVisor has none). Reading the children of the few processes
@@ -125,14 +132,20 @@ def _threads_children(pid: int) -> list[int]:
     children = []
     for tid in tids:
         try:
-            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
-            try:
-                children += [int(c) for c in os.read(fd, 1 << 16).split()]
-            finally:
-                os.close(fd)
-        except (OSError, ValueError):
+            children += _read_children(pid, tid)
+        except (FileNotFoundError, ProcessLookupError):  # the thread has exited: its children moved to another
             continue
+        except (OSError, ValueError) as err:
+            raise _Unreadable(f"/proc/{pid}/task/{tid}/children: {err}") from err
     return children
+
+
+def _read_children(pid: int, tid: str) -> list[int]:
+    fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
+    try:
+        return [int(c) for c in os.read(fd, 1 << 16).split()]
+    finally:
+        os.close(fd)
 
 
 def _scanned_tree(root: int) -> tuple[list[int], int]:
