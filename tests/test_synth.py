@@ -66,6 +66,9 @@ def test_a_small_cpu_run_writes_tasks_manifest_and_readme(first_run):
     runs = [json.loads(line) for line in (first_run / "runs.jsonl").read_text().splitlines()]
     assert len(runs) == 1 and runs[0]["accepted"] == COUNT and runs[0]["candidates"] == len(rows_of(first_run))
     assert 0 < runs[0]["seconds"] < 600 and "accepted tasks and" in readme and "| compile |" in readme
+    # where each job's time went outside its stages: the wait for memory (none on the CPU) and for its worker
+    assert all(r["rubric"]["waits"]["memory"] >= 0 and "ready_wait" in r["rubric"]["waits"] for r in accepted)
+    assert "| wait: ready_wait |" in readme
 
 
 def test_each_task_loads_with_the_task_loader_and_runs(first_run):

@@ -98,10 +98,13 @@ def test_a_spare_rubric_worker_of_the_folder_serves_the_next_task(tmp_path):
         jobs.append(rubric_job(tmp_path / f"{name}.py", "cpu", (1e6, 2e6), 1, trusted=False))  # no compile
     generic = {**jobs[0], "reference": jobs[0]["cwd"]}
     try:
-        assert run_rubric(jobs[0], spares=1)["stage"] == "timing"
+        first = run_rubric(jobs[0], spares=1)
+        assert first["stage"] == "timing" and first["waits"]["spare"] is False
         waiting = runner.SPARES.waiting(generic, 600.0)
         assert len(waiting) == 1
-        assert run_rubric(jobs[1])["stage"] == "timing"  # taken by the second task (and no new one started)
+        second = run_rubric(jobs[1])
+        assert second["stage"] == "timing" and second["waits"]["spare"] is True  # the spare (no new one started)
+        assert second["waits"]["ready_wait"] is not None and second["waits"]["ready_wait"] >= 0
         assert runner.SPARES.waiting(generic, 600.0) == [] and waiting[0].proc.poll() is not None
     finally:
         runner.SPARES.retire(tmp_path)

@@ -11,6 +11,7 @@ import itertools
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 from kernelsmith.evaluation import gpu_lock, runner
@@ -56,9 +57,16 @@ def run_rubric(job: dict, timeout: float = TIMEOUT_S, spares: int = 0, fresh: bo
         with spare or runner.Prestarted(generic, timeout) as worker:
             if spares:
                 runner.SPARES.stock(generic, timeout, depth=spares)
-            return worker.run({"reference": job["reference"]})
+            verdict = worker.run({"reference": job["reference"]})
+            return {**verdict, "waits": _waits(worker, spare is not None)}
     except runner.JobFailed as err:
         return failed_job(err)
+
+
+def _waits(worker: runner.Prestarted, spare: bool) -> dict:
+    """Where a job's time went outside its stages (informational): whether a spare served it, the wait for its
+    worker's imports, and its GPU lock's waits and holds (runner.Prestarted.gpu_lock)."""
+    return {"spare": spare, "ready_wait": worker.ready_wait_s, **worker.gpu_lock}
 
 
 def capture_graphs(folder: Path, timeout: float = TIMEOUT_S) -> dict:
@@ -166,9 +174,12 @@ class RubricPool:
         """The rubric's verdict on one task; `need`: the bytes its job may hold on the GPU (memory_need)."""
         with self._lock:
             env = next(self._slots)
+        asked = time.perf_counter()
         with self._budgets[env.get("CUDA_VISIBLE_DEVICES")].held(need), runner.extra_env(env):
+            memory_wait = round(time.perf_counter() - asked, 3)
             job = rubric_job(path, self.device, self.window_ms, self.threads, trusted)
             verdict = run_rubric(job, spares=self.spares)
+            verdict["waits"] = {"memory": memory_wait, **verdict.get("waits", {})}
             if self.device != "cuda" or not out_of_memory(verdict) or not gpu_lock.phased(job):
                 return verdict
             # beside other jobs' tensors (52 of 259 candidates on an H100): the task's own fault only alone

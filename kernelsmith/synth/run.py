@@ -160,7 +160,7 @@ class Synthesis:
         row.update(status="accepted" if checked["accepted"] else "rejected", stage=checked["stage"],
                    reason=checked["reason"], eager_ms=checked["eager_ms"], compile_ms=checked["compile_ms"],
                    rubric={"checks": checked["checks"], "stage_s": checked["stage_s"],
-                           **{k: checked[k] for k in ("retried_alone",) if k in checked}})
+                           **{k: checked[k] for k in ("retried_alone", "waits") if k in checked}})
         row["seconds"]["total"] = round(time.perf_counter() - start, 3)
         return row
 
@@ -322,12 +322,21 @@ def stage_seconds(rows: list[dict]) -> dict[str, float]:
     and "other": the rest of each candidate's time (its worker's start and imports, decontamination)."""
     totals: collections.Counter = collections.Counter()
     for row in rows:
-        stages = (row.get("rubric") or {}).get("stage_s") or {}
+        stages = {**((row.get("rubric") or {}).get("stage_s") or {}), **_waits(row)}
         totals.update(stages)
         total = (row.get("seconds") or {}).get("total")
         if total is not None:  # the rest of the candidate's time: the worker's start and imports, decontamination
             totals["other"] += max(0.0, total - sum(stages.values()))
     return {stage: round(seconds, 1) for stage, seconds in totals.most_common()}
+
+
+WAITS = ("memory", "ready_wait", "lock_wait")  # a rubric job's waits outside its stages (rubric._waits)
+
+
+def _waits(row: dict) -> dict[str, float]:
+    """The waits a row's job recorded, as "wait: NAME" seconds (rows of older runs have none)."""
+    waits = (row.get("rubric") or {}).get("waits") or {}
+    return {f"wait: {name}": waits[name] for name in WAITS if isinstance(waits.get(name), (int, float))}
 
 
 def throughput(runs: list[dict]) -> dict:
