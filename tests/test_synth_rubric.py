@@ -117,21 +117,26 @@ def test_a_task_out_of_gpu_memory_beside_other_jobs_is_checked_again_with_the_gp
     from kernelsmith.evaluation import gpu_lock
     from kernelsmith.synth import rubric
 
-    calls = []
+    calls, held = [], []
 
     def fake(job, timeout=rubric.TIMEOUT_S, spares=0, fresh=False):
         calls.append((job, fresh))
+        held.extend(budget.used for budget in pool._budgets.values())
         if len(calls) == 1:
             return {"accepted": False, "stage": "eager", "reason": "OutOfMemoryError: CUDA out of memory."}
         return {"accepted": True, "stage": None, "reason": None}
 
     monkeypatch.setattr(rubric, "run_rubric", fake)
+    monkeypatch.setattr(rubric, "gpu_memory_bytes", lambda: 1000)
     path = tmp_path / "big.py"
     path.write_text(GOOD)
-    verdict = RubricPool("cuda", 4, (1.0, 100.0)).check(path, trusted=True)
+    pool = RubricPool("cuda", 4, (1.0, 100.0))
+    verdict = pool.check(path, trusted=True, need=100)
     assert verdict["accepted"] and "out of memory" in verdict["retried_alone"]
     (first, _), (again, fresh) = calls
     assert gpu_lock.phased(first) and not gpu_lock.phased(again) and again["alone"] and fresh
+    # its own need the first time; the whole budget (700 of 1000) again: no other job's tensors beside it
+    assert held == [100, 700] and verdict["waits"]["need"] is None
     calls.clear()
     assert not RubricPool("cpu", 1, (1.0, 100.0)).check(path, trusted=True)["accepted"] and len(calls) == 1
 
@@ -156,29 +161,31 @@ def _enter_in_thread(budget, need: int, log: list, name: str):
 def test_rubric_jobs_sharing_a_gpu_start_only_when_their_memory_fits_beside_the_others():
     """8-10 rubric jobs on an H100 that ignored each other's memory ran 52 of 259 candidates out of it.
     Jobs whose needs fit run together; one that does not fit waits for room; one larger than the whole
-    budget (or of unknown size: an LLM's task) runs alone; and first come, first in."""
+    budget (or of unknown size: an LLM's task) runs alone; a later small job may start in the room a
+    waiting large one cannot use yet, but only `overtake` of them: then the large one's turn comes."""
     from kernelsmith.synth.rubric import MemoryBudget
 
-    budget, log = MemoryBudget(100), []
+    budget, log = MemoryBudget(100, overtake=1), []
     a = _enter_in_thread(budget, 40, log, "a")
     b = _enter_in_thread(budget, 50, log, "b")
     assert a[0].wait(5) and b[0].wait(5)  # 90 of 100: together
     huge = _enter_in_thread(budget, 500, log, "huge")  # more than all of it: alone, once both have left
     time.sleep(0.2)
-    small = _enter_in_thread(budget, 5, log, "small")  # would fit now, but came after the huge one
-    assert not huge[0].wait(0.5) and not small[0].wait(0.1)
-    a[1].set()
-    assert not huge[0].wait(0.3)  # b still holds 50
-    b[1].set()
-    assert huge[0].wait(5) and not small[0].wait(0.3)  # the huge one alone
+    small = _enter_in_thread(budget, 5, log, "small")  # fits beside a and b: goes ahead of the huge one
+    assert small[0].wait(5) and not huge[0].wait(0.3)
+    time.sleep(0.2)
+    second = _enter_in_thread(budget, 5, log, "second")  # would fit too, but the huge one was passed once
+    assert not second[0].wait(0.5)
+    a[1].set(), b[1].set(), small[1].set()
+    assert huge[0].wait(5) and not second[0].wait(0.3)  # the huge one alone
     huge[1].set()
-    assert small[0].wait(5)
-    small[1].set()
-    assert log == ["a", "b", "huge", "small"] or log == ["b", "a", "huge", "small"]
+    assert second[0].wait(5)
+    second[1].set()
+    assert log[2:] == ["small", "huge", "second"] and sorted(log[:2]) == ["a", "b"]
     unknown = _enter_in_thread(budget, None, log, "unknown")
     assert unknown[0].wait(5) and budget.used == 100
     unknown[1].set()
-    for _, _, thread in (a, b, huge, small, unknown):
+    for _, _, thread in (a, b, huge, small, second, unknown):
         thread.join(5)
     assert budget.used == 0
 

@@ -185,6 +185,8 @@ def run_rubric(job: dict) -> dict:
         report["accepted"] = True
     except Rejected as rejected:
         report["stage"], report["reason"] = rejected.stage, rejected.reason
+    if job["device"] == "cuda" and torch.cuda.is_initialized():  # against the parent's plan (rubric.memory_need)
+        report["peak_gpu_bytes"] = torch.cuda.max_memory_reserved()
     return report
 
 

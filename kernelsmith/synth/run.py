@@ -160,7 +160,7 @@ class Synthesis:
         row.update(status="accepted" if checked["accepted"] else "rejected", stage=checked["stage"],
                    reason=checked["reason"], eager_ms=checked["eager_ms"], compile_ms=checked["compile_ms"],
                    rubric={"checks": checked["checks"], "stage_s": checked["stage_s"],
-                           **{k: checked[k] for k in ("retried_alone", "waits") if k in checked}})
+                           **{k: checked[k] for k in ("retried_alone", "waits", "peak_gpu_bytes") if k in checked}})
         row["seconds"]["total"] = round(time.perf_counter() - start, 3)
         return row
 
