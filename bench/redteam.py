@@ -238,6 +238,11 @@ def why(result) -> str:
     return (result.error or (result.violations or [""])[0] or result.contended or "")[:110]
 
 
+def write_rows(out: Path, rows: list[dict]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "redteam.json").write_text(json.dumps(rows, indent=1))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -263,8 +268,7 @@ def main() -> int:
                          "seconds": round(time.perf_counter() - start, 1)})
             print(f"{name:24} expected {wanted:9} got {got:9} {'PASS' if ok else 'FAIL'}  "
                   f"x{result.speedup_vs_eager or 0:.2f}  {rows[-1]['why']}", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "redteam.json").write_text(json.dumps(rows, indent=1))
+            write_rows(args.out, rows)  # after each candidate: a run cut by a time limit keeps its clock readings
     print(f"{sum(r['ok'] for r in rows)}/{len(rows)} verdicts as expected")
     return 0 if all(r["ok"] for r in rows) else 1
 
