@@ -123,8 +123,9 @@ def test_a_task_out_of_gpu_memory_beside_other_jobs_is_checked_again_with_the_gp
         calls.append((job, fresh))
         held.extend(budget.used for budget in pool._budgets.values())
         if len(calls) == 1:
-            return {"accepted": False, "stage": "eager", "reason": "OutOfMemoryError: CUDA out of memory."}
-        return {"accepted": True, "stage": None, "reason": None}
+            return {"accepted": False, "stage": "eager", "reason": "OutOfMemoryError: CUDA out of memory.",
+                    "stage_s": {"load": 1.0, "eager": 2.0}}
+        return {"accepted": True, "stage": None, "reason": None, "stage_s": {"load": 0.5, "eager": 3.0, "timing": 1.0}}
 
     monkeypatch.setattr(rubric, "run_rubric", fake)
     monkeypatch.setattr(rubric, "gpu_memory_bytes", lambda: 1000)
@@ -137,6 +138,8 @@ def test_a_task_out_of_gpu_memory_beside_other_jobs_is_checked_again_with_the_gp
     assert gpu_lock.phased(first) and not gpu_lock.phased(again) and again["alone"] and fresh
     # its own need the first time; the whole budget (700 of 1000) again: no other job's tensors beside it
     assert held == [100, 700] and verdict["waits"]["need"] is None
+    # both attempts' time counts in the run's table: the stages, and the waits for memory
+    assert verdict["stage_s"] == {"load": 1.5, "eager": 5.0, "timing": 1.0} and verdict["waits"]["memory"] >= 0
     calls.clear()
     assert not RubricPool("cpu", 1, (1.0, 100.0)).check(path, trusted=True)["accepted"] and len(calls) == 1
 

@@ -68,6 +68,18 @@ def _waits(worker: runner.Prestarted, spare: bool) -> dict:
     return {"spare": spare, "ready_wait": worker.ready_wait_s, **worker.gpu_lock}
 
 
+WAIT_SECONDS = ("memory", "ready_wait", "lock_wait")  # the waits that are seconds (beside `need`, `spare`)
+
+
+def _summed(first: dict, again: dict, key: str, only: tuple[str, ...] | None = None) -> dict:
+    """The seconds of both attempts of a retried job under `key` (stage_s, or `only` those of waits), so that
+    the run's time table counts the first attempt's too."""
+    parts = [first.get(key) or {}, again.get(key) or {}]
+    names = {name for part in parts for name, value in part.items()
+             if isinstance(value, (int, float)) and (only is None or name in only)}
+    return {name: round(sum(part.get(name) or 0.0 for part in parts), 4) for name in names}
+
+
 def capture_graphs(folder: Path, timeout: float = TIMEOUT_S) -> dict:
     """Every task's operator graph under folder, captured in one jailed worker."""
     job = {"kind": "opgraph", "folder": str(folder.resolve()), "cwd": str(folder.resolve()), "device": "cpu"}
@@ -210,7 +222,8 @@ class RubricPool:
             # the GPU to itself and the whole budget, so that no other job's tensors wait beside it either (19
             # of those 52 ran out of memory again when only the compute was its own: 2026-12-06)
             retry = self._run(budget, None, {**job, "alone": True}, fresh=True)
-            return {**retry, "retried_alone": verdict["reason"]}
+            return {**retry, "retried_alone": verdict["reason"], "stage_s": _summed(verdict, retry, "stage_s"),
+                    "waits": {**retry["waits"], **_summed(verdict, retry, "waits", WAIT_SECONDS)}}
 
     @staticmethod
     def _run(budget: MemoryBudget, need: int | None, job: dict, **how) -> dict:

@@ -330,7 +330,7 @@ def stage_seconds(rows: list[dict]) -> dict[str, float]:
     return {stage: round(seconds, 1) for stage, seconds in totals.most_common()}
 
 
-WAITS = ("memory", "ready_wait", "lock_wait")  # a rubric job's waits outside its stages (rubric._waits)
+WAITS = rubric.WAIT_SECONDS  # a rubric job's waits outside its stages
 
 
 def _waits(row: dict) -> dict[str, float]:
