@@ -127,6 +127,9 @@ submit = _Once
 """
 
 
+ATTEMPTS = 3  # tries of an attack whose moving of work depends on the scheduler
+
+
 @pytest.mark.parametrize("draws,spawn", [(("candidate",), POOL), (("candidate", "eager"), POOL),
                                          (("candidate",), PER_DRAW)],
                          ids=["its-draws", "every-draw", "thread-per-draw"])
@@ -144,7 +147,7 @@ class ModelNew(Base):
     def forward(self, x):
         return slow(x, self.bias)
 '''), profile=True, min_runs=30)
-    attack = run_eval(candidate(SLOW_AXPB + '''
+    source = SLOW_AXPB + '''
 import concurrent.futures
 import sys
 import threading
@@ -180,15 +183,22 @@ class ModelNew(Base):
         if got is not None and got[0] is x:
             return got[1].result()
         return slow(x, self.bias)
-'''.replace("DRAWS_GIVEN", repr(draws)).replace("SPAWN", spawn)), profile=True, min_runs=30)
-    assert honest.clean and attack.correct, (honest.violations, attack.violations)
-    work = _cpu_ms_of_slow(task_dir)  # what the thread moved out of the window, in CPU time
-    assert attack.timings_ms["candidate_reported"] < work  # its own timer saw only the hand-over (and waits)
+'''.replace("DRAWS_GIVEN", repr(draws)).replace("SPAWN", spawn)
+    assert honest.clean, honest.violations
+    work = _cpu_ms_of_slow(task_dir)  # what the thread moves out of the window, in CPU time
+    for attempt in range(ATTEMPTS):  # each try a new file (no verdict recalled)
+        attack = run_eval(candidate(source + f"\n# try {attempt}\n"), profile=True, min_runs=30)
+        assert attack.correct, attack.violations
+        assert attack.timings_ms["candidate"] > 0.6 * work, (attack.timings_ms, work)  # never credited below it
+        if attack.timings_ms["candidate_reported"] < work:  # its own timer saw only the hand-over (and waits)
+            break
+    # (on 2 busy cores the thread may not run before the timed call, which then waits for it inside its window:
+    # nothing is moved, and the try is made again)
+    assert attack.timings_ms["candidate_reported"] < work, f"no work moved out of the window in {ATTEMPTS} tries"
     # the reading that sees each: the shift over eager's gaps, or the gaps after eager's runs (on 2 busy
     # cores the wasted work also grows eager's cycles, so the charge alone would not tell them apart)
     seen = attack.clock["foreign_cpu_extra_ms" if draws == ("candidate",) else "foreign_cpu_after_eager_ms"]
     assert seen > 0.3 * work, (attack.clock, work)
-    assert attack.timings_ms["candidate"] > 0.6 * work, (attack.timings_ms, work)  # charged back
     assert honest.clock["foreign_cpu_extra_ms"] < 0.1 * work
 
 
