@@ -76,8 +76,9 @@ def test_the_command_rolls_out_updates_saves_and_resumes(tmp_path):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["sessions"] == 2 and rows[0]["trajectories"] == 2
     for key in ("reward_mean", "kl_to_reference", "entropy", "value_loss", "clip_fraction", "response_length",
-                "tool_call_validity", "tokens_per_s", "env_steps_per_s"):
+                "tool_call_validity", "tokens_per_s", "env_steps_per_s", "rollout_tokens_per_s"):
         assert key in rows[0], key
+    assert rows[0]["rollout_tokens_per_s"] > 0 and "rollout tok/s" in proc.stdout
     assert rows[0]["reward_mean"] == -1.0  # a random model verifies nothing
     assert critics.is_critic(out / "critic") and (out / "policy" / "config.json").is_file()
     again = subprocess.run(cli + ["--steps", "1"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)

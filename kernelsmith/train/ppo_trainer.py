@@ -206,8 +206,11 @@ def _env_numbers(rows: list[dict], lines: list[dict], wall: float) -> dict:
     turns = sum(r.get("turns") or 0 for r in rows)
     calls = sum(sum(len(m.get("tool_calls") or []) for m in line["messages"]) for line in lines)
     malformed = sum(line.get("flags", {}).get("malformed_calls", 0) for line in lines)
+    generated = sum(line.get("stats", {}).get("policy_tokens", 0) for line in lines)
     return {"sessions": len(rows), "env_steps_per_s": round(turns / wall, 3) if wall else 0.0,
             "tool_call_validity": round(1 - malformed / calls, 3) if calls else 0.0,
+            # the policy's own tokens over the rollouts' wall time (generation, builds and evaluations together)
+            "rollout_tokens_per_s": round(generated / wall, 1) if wall else 0.0,
             "rollout_s": round(wall, 1)}
 
 

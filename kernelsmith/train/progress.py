@@ -55,6 +55,7 @@ def metrics_line(row: dict) -> str:
     parts = [("reward", "reward_mean", ".3f"), ("kl", "kl_to_reference", ".5f"), ("entropy", "entropy", ".3f"),
              ("value loss", "value_loss", ".4f"), ("clip", "clip_fraction", ".3f"),
              ("length", "response_length", ".0f"), ("tool calls valid", "tool_call_validity", ".2f"),
-             ("tok/s", "tokens_per_s", ".0f"), ("env steps/s", "env_steps_per_s", ".2f"),
+             ("rollout tok/s", "rollout_tokens_per_s", ".0f"), ("train tok/s", "tokens_per_s", ".0f"),
+             ("env steps/s", "env_steps_per_s", ".2f"),
              ("GPU GB", "gpu_memory_gb", ".1f")]
     return " ".join(f"{name} {row[key]:{fmt}}" for name, key, fmt in parts if isinstance(row.get(key), (int, float)))
