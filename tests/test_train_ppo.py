@@ -79,6 +79,8 @@ def test_the_command_rolls_out_updates_saves_and_resumes(tmp_path):
                 "tool_call_validity", "tokens_per_s", "env_steps_per_s", "rollout_tokens_per_s"):
         assert key in rows[0], key
     assert rows[0]["rollout_tokens_per_s"] > 0 and "rollout tok/s" in proc.stdout
+    # the update's throughput counts every token it reads, the prompt and tool outputs too, not only the policy's
+    assert rows[0]["sequence_tokens"] > 10 * rows[0]["policy_tokens"] > 0
     assert rows[0]["reward_mean"] == -1.0  # a random model verifies nothing
     assert critics.is_critic(out / "critic") and (out / "policy" / "config.json").is_file()
     again = subprocess.run(cli + ["--steps", "1"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)

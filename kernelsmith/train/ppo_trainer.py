@@ -100,7 +100,8 @@ def update(policy, reference, critic, optimizers, rows: list[dict], cfg: PpoConf
         metrics = _epoch(policy, critic, optimizers, batches, fixed, tokens, cfg)
     final = torch.cat([b["final"] for b in batches])
     lengths = torch.cat([b["mask"].sum(1) for b in batches])
-    return {**metrics, "reward_mean": float(final.mean()), "policy_tokens": int(tokens),
+    sequence = sum(int(b["attention_mask"].sum()) for b in batches)  # what each forward and backward reads
+    return {**metrics, "reward_mean": float(final.mean()), "policy_tokens": int(tokens), "sequence_tokens": sequence,
             "response_length": float(lengths.mean())}
 
 
@@ -263,7 +264,9 @@ def _one_step(plan: PpoPlan, learner: Learner, reference, step: int, sandbox, on
     began = time.perf_counter()
     metrics = update(learner.policy, reference, learner.critic, learner.optimizers, rows, plan.config,
                      plan.settings.device)
-    metrics["tokens_per_s"] = round(metrics["policy_tokens"] / (time.perf_counter() - began), 1)
+    # every token of the step's sequences (the prompt and tool outputs too: the forward and backward read them),
+    # as verl's throughput counts them; the policy's own tokens are a few percent of an agentic trajectory
+    metrics["tokens_per_s"] = round(metrics["sequence_tokens"] / (time.perf_counter() - began), 1)
     _save_models(plan, learner)
     row = {"step": step + 1, "of": plan.config.steps, "trajectories": len(rows), **env, **metrics,
            "gpu_memory_gb": _peak_memory_gb(plan.settings.device)}

@@ -101,7 +101,8 @@ def step(critic: critics.Critic, optimizer, batch: dict[str, Tensor], cfg: Value
     return {"value_loss": float(loss.loss.detach()), "value_clipfrac": float(loss.clipfrac),
             "explained_variance": explained_variance(values.detach(), returns, batch["mask"]),
             "values_mean": float(ppo.masked_mean(values.detach(), batch["mask"])),
-            "returns_mean": float(ppo.masked_mean(returns, batch["mask"])), "tokens": int(batch["mask"].sum())}
+            "returns_mean": float(ppo.masked_mean(returns, batch["mask"])),
+            "tokens": int(batch["attention_mask"].sum())}  # every token the critic reads, for tokens_per_s
 
 
 def train(rows: list[dict], model: Path, out: Path, cfg: ValueConfig, device: str = "cpu",
