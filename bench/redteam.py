@@ -239,8 +239,11 @@ def why(result) -> str:
 
 
 def write_rows(out: Path, rows: list[dict]) -> None:
+    """redteam.json, replaced whole (a run killed by its time limit mid-write leaves the previous one)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "redteam.json").write_text(json.dumps(rows, indent=1))
+    partial = out / "redteam.json.partial"
+    partial.write_text(json.dumps(rows, indent=1))
+    partial.replace(out / "redteam.json")
 
 
 def main() -> int:
@@ -251,6 +254,7 @@ def main() -> int:
     args = parser.parse_args()
     names = [n for n in ATTACKS if not args.only or n in args.only.split(",")]
     rows, honest_speedup = [], None
+    write_rows(args.out, rows)
     with tempfile.TemporaryDirectory() as tmp:
         reference = Path(tmp) / "model.py"
         shutil.copy(EXAMPLE / "model.py", reference)

@@ -41,6 +41,21 @@ stage() {  # stage NAME COMMAND...: run once, within the time left; a marker whe
   if [ $rc -eq 0 ]; then touch "$W/.done-$name"; log "done $name"; else log "$name rc=$rc (resumes next call)"; exit 0; fi
 }
 
+eval_stage() {  # eval_stage NAME COMMAND...: like stage, but a failure (not the call's time limit) is logged and
+  # the pipeline goes on: an evaluation that cannot run must not keep training from running in every later call
+  local name=$1; shift
+  [ -e "$W/.done-$name" ] && return 0
+  local budget=$(($(left) - 10))
+  if [ "$budget" -lt "$MIN_LEFT" ]; then log "stop before $name: $(left) s left in this call"; exit 0; fi
+  log "start $name (up to $budget s)"
+  timeout "$budget" "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  tail -4 "$W/$name.log" | cut -c1-300
+  if [ $rc -eq 124 ]; then log "$name ran out of this call's time (resumes next call)"; exit 0; fi
+  [ $rc -eq 0 ] && log "done $name" || log "$name FAILED rc=$rc (left out; see $name.log)"
+  touch "$W/.done-$name"
+}
+
 split_tasks() {
   mkdir -p "$W/train" "$W/held"
   ls "$W/synth/tasks"/*.py | sort | head -n -"$HELD" | xargs -I{} cp {} "$W/train/"
@@ -50,12 +65,14 @@ split_tasks() {
 KS="python3 -m kernelsmith.cli"
 
 reuse_synth() {  # SYNTH_FROM's first TASKS tasks and its manifest, as this run's synth folder
+  # (sed reads all its input: head would close the pipe early, and under pipefail sort's SIGPIPE fails the copy)
   mkdir -p "$W/synth/tasks" && cp "$SYNTH_FROM/manifest.jsonl" "$W/synth/" \
-    && ls "$SYNTH_FROM/tasks"/*.py | sort | head -n "$TASKS" | xargs -I{} cp {} "$W/synth/tasks/"
+    && ls "$SYNTH_FROM/tasks"/*.py | sort | sed -n "1,${TASKS}p" | xargs -I{} cp {} "$W/synth/tasks/"
 }
 
 dev_subset() {
-  mkdir -p "$W/dev" && for t in $DEV; do cp "$KB/$t.py" "$W/dev/${t/\//_}.py"; done
+  mkdir -p "$W/dev" || return 1
+  for t in $DEV; do cp "$KB/$t.py" "$W/dev/${t/\//_}.py" || return 1; done
 }
 
 report() {  # whatever exists, into $OUT, at the end of every call (also one that stops early)
@@ -77,9 +94,9 @@ fi
 stage synth $KS synth --out "$W/synth" --count "$TASKS" --device "$DEVICE" --decontaminate-against "$KB" \
   --workers "$WORKERS" --resume
 [ -e "$W/.done-split" ] || { split_tasks && touch "$W/.done-split"; }
-stage eval-before $KS bench "$W/held" --backend hf --model "$W/base" --max-turns "$TURNS" --workers "$WORKERS" \
+eval_stage eval-before $KS bench "$W/held" --backend hf --model "$W/base" --max-turns "$TURNS" --workers "$WORKERS" \
   --device "$DEVICE" --out "$W/eval-before" --resume
-stage eval-dev-before $KS bench "$W/dev" --backend hf --model "$W/base" --max-turns "$TURNS" --workers "$WORKERS" \
+eval_stage eval-dev-before $KS bench "$W/dev" --backend hf --model "$W/base" --max-turns "$TURNS" --workers "$WORKERS" \
   --device "$DEVICE" --out "$W/eval-dev-before" --resume
 stage rft $KS train rft --tasks "$W/train" --teacher builtin --samples 1 --model "$W/base" --out "$W/rft" \
   --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE"
@@ -87,8 +104,8 @@ stage value $KS train value --data "$W/rft/trajectories.jsonl" --model "$W/rft" 
 PPO_RESUME=$([ -e "$W/ppo/state.json" ] && echo --resume)
 stage ppo $KS train ppo --tasks "$W/train" --policy "$W/rft" --critic "$W/critic" --out "$W/ppo" --steps "$STEPS" \
   --sessions 1 --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE" $PPO_RESUME
-stage eval-after $KS bench "$W/held" --backend hf --model "$W/ppo/policy" --max-turns "$TURNS" --workers "$WORKERS" \
+eval_stage eval-after $KS bench "$W/held" --backend hf --model "$W/ppo/policy" --max-turns "$TURNS" --workers "$WORKERS" \
   --device "$DEVICE" --out "$W/eval-after" --resume
-stage eval-dev-after $KS bench "$W/dev" --backend hf --model "$W/ppo/policy" --max-turns "$TURNS" --workers "$WORKERS" \
+eval_stage eval-dev-after $KS bench "$W/dev" --backend hf --model "$W/ppo/policy" --max-turns "$TURNS" --workers "$WORKERS" \
   --device "$DEVICE" --out "$W/eval-dev-after" --resume
 log "all stages done"

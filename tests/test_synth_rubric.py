@@ -129,6 +129,7 @@ def test_a_task_out_of_gpu_memory_beside_other_jobs_is_checked_again_with_the_gp
 
     monkeypatch.setattr(rubric, "run_rubric", fake)
     monkeypatch.setattr(rubric, "gpu_memory_bytes", lambda: 1000)
+    monkeypatch.setattr(RubricPool, "_gpu_envs", lambda self: [{}])  # one GPU's budget, whatever this machine has
     path = tmp_path / "big.py"
     path.write_text(GOOD)
     pool = RubricPool("cuda", 4, (1.0, 100.0))
@@ -142,6 +143,13 @@ def test_a_task_out_of_gpu_memory_beside_other_jobs_is_checked_again_with_the_gp
     assert verdict["stage_s"] == {"load": 1.5, "eager": 5.0, "timing": 1.0} and verdict["waits"]["memory"] >= 0
     calls.clear()
     assert not RubricPool("cpu", 1, (1.0, 100.0)).check(path, trusted=True)["accepted"] and len(calls) == 1
+
+
+def _until(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
 
 
 def _enter_in_thread(budget, need: int, log: list, name: str):
@@ -173,10 +181,9 @@ def test_rubric_jobs_sharing_a_gpu_start_only_when_their_memory_fits_beside_the_
     b = _enter_in_thread(budget, 50, log, "b")
     assert a[0].wait(5) and b[0].wait(5)  # 90 of 100: together
     huge = _enter_in_thread(budget, 500, log, "huge")  # more than all of it: alone, once both have left
-    time.sleep(0.2)
+    _until(lambda: len(budget._waiting) == 1)
     small = _enter_in_thread(budget, 5, log, "small")  # fits beside a and b: goes ahead of the huge one
     assert small[0].wait(5) and not huge[0].wait(0.3)
-    time.sleep(0.2)
     second = _enter_in_thread(budget, 5, log, "second")  # would fit too, but the huge one was passed once
     assert not second[0].wait(0.5)
     a[1].set(), b[1].set(), small[1].set()
