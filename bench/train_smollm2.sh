@@ -90,7 +90,7 @@ stage import $KS train import "$GGUF" --out "$W/base"
 if [ ! -e "$W/.done-synth" ] && [ -d "$SYNTH_FROM/tasks" ]; then
   reuse_synth && touch "$W/.done-synth" && log "synth: the first $TASKS tasks of $SYNTH_FROM"
 fi
-[ -e "$W/.done-dev" ] || { dev_subset && touch "$W/.done-dev"; }
+[ -e "$W/.done-dev" ] || { dev_subset && touch "$W/.done-dev"; } || { log "a task of DEV is not under $KB: $DEV"; exit 1; }
 stage synth $KS synth --out "$W/synth" --count "$TASKS" --device "$DEVICE" --decontaminate-against "$KB" \
   --workers "$WORKERS" --resume
 [ -e "$W/.done-split" ] || { split_tasks && touch "$W/.done-split"; }
