@@ -105,6 +105,35 @@ def test_an_interrupt_stops_new_episodes_lets_running_ones_end_and_keeps_their_r
     assert sorted(again) == [f"{i}_task" for i in range(1, 6)]
 
 
+def test_a_ctrl_c_the_kernel_hands_to_a_worker_thread_still_stops_the_fleet_at_once(tmp_path):
+    """The kernel may deliver a process's SIGINT to any of its threads; Python then runs the handler only when
+    the main thread next runs bytecode. A main thread blocked in one long wait for the next row saw the
+    user's Ctrl-C only when the running session had ended (a bench then ran its session to the last turn)."""
+    import signal
+
+    fleet, began = Fleet(tmp_path / "out", workers=1), threading.Event()
+
+    def runner(episode: Episode) -> dict:
+        began.set()
+        for _ in range(600):  # a session of up to 30 s, which ends at its next turn once `stop` is set
+            if fleet.stop.is_set():
+                return episode.row(status="interrupted")
+            time.sleep(0.05)
+        return episode.row(status="done")
+
+    def interrupt_the_worker() -> None:
+        began.wait(10)
+        worker = next(t for t in threading.enumerate() if t.name.startswith("fleet-"))
+        signal.pthread_kill(worker.ident, signal.SIGINT)
+
+    threading.Thread(target=interrupt_the_worker, daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        fleet.run(episodes(tmp_path, 2), runner)
+    assert time.monotonic() - start < 10  # not the session's 30 s
+    assert [r["status"] for r in rows_on_disk(tmp_path / "out")] == ["interrupted"]
+
+
 def test_a_bad_runner_or_a_failing_progress_display_loses_no_row(tmp_path):
     """An error row carries the runner's columns (bench's progress reads `correct`); a runner that returns
     no row is an error, not a dead thread the fleet waits on forever; a progress callback that fails

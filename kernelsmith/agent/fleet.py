@@ -140,7 +140,7 @@ class Fleet:
             thread.start()
         try:
             for _ in pending:
-                self._land(landed.get(), rows, on_row)
+                self._land(_next(landed), rows, on_row)
         except KeyboardInterrupt:
             running = self.running  # read first: once stop is set, an episode at its turn's start ends at once
             self.stop.set()  # no new episode starts; running ones end at their next turn
@@ -189,3 +189,19 @@ class Fleet:
             row = {**self.blank(episode), "status": "error", "error": reason[:500]}
         row["wall_s"] = row.get("wall_s") or round(time.perf_counter() - start, 1)
         return row
+
+
+WAKE_S = 0.2  # how often the main thread wakes while it waits for a row
+
+
+def _next(landed: queue.SimpleQueue) -> dict:
+    """The next row, waiting in short sleeps. The kernel may hand a Ctrl-C to any thread of the process; Python
+    runs its handler only when the main thread next runs bytecode, and a main thread blocked in one long
+    get() saw it only when the running session had ended (a bench's interrupt then found 0 sessions
+    running and the session ran all its turns)."""
+    while True:
+        try:
+            return landed.get(timeout=WAKE_S)
+        except queue.Empty:
+            continue
+
