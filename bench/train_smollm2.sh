@@ -29,28 +29,32 @@ START=$(date +%s); mkdir -p "$W" "$OUT"
 left() { echo $((LIMIT - ($(date +%s) - START))); }
 log() { echo "[$(date +%T)] $*" | tee -a "$W/pipeline.log"; }
 
-stage() {  # stage NAME COMMAND...: run once, within the time left; a marker when it succeeds
+run_stage() {  # run_stage NAME COMMAND...: the command within this call's time left, its output in NAME.log;
+  # its exit status (124: out of time). Too little time left ends the call here
   local name=$1; shift
-  [ -e "$W/.done-$name" ] && return 0
   local budget=$(($(left) - 10))
   if [ "$budget" -lt "$MIN_LEFT" ]; then log "stop before $name: $(left) s left in this call"; exit 0; fi
   log "start $name (up to $budget s)"
   timeout "$budget" "$@" > "$W/$name.log" 2>&1
   local rc=$?
   tail -4 "$W/$name.log" | cut -c1-300
+  return $rc
+}
+
+stage() {  # stage NAME COMMAND...: run once; a marker when it succeeds, else the call ends (resumed next call)
+  local name=$1
+  [ -e "$W/.done-$name" ] && return 0
+  run_stage "$@"
+  local rc=$?
   if [ $rc -eq 0 ]; then touch "$W/.done-$name"; log "done $name"; else log "$name rc=$rc (resumes next call)"; exit 0; fi
 }
 
 eval_stage() {  # eval_stage NAME COMMAND...: like stage, but a failure (not the call's time limit) is logged and
   # the pipeline goes on: an evaluation that cannot run must not keep training from running in every later call
-  local name=$1; shift
+  local name=$1
   [ -e "$W/.done-$name" ] && return 0
-  local budget=$(($(left) - 10))
-  if [ "$budget" -lt "$MIN_LEFT" ]; then log "stop before $name: $(left) s left in this call"; exit 0; fi
-  log "start $name (up to $budget s)"
-  timeout "$budget" "$@" > "$W/$name.log" 2>&1
+  run_stage "$@"
   local rc=$?
-  tail -4 "$W/$name.log" | cut -c1-300
   if [ $rc -eq 124 ]; then log "$name ran out of this call's time (resumes next call)"; exit 0; fi
   [ $rc -eq 0 ] && log "done $name" || log "$name FAILED rc=$rc (left out; see $name.log)"
   touch "$W/.done-$name"

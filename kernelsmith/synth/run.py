@@ -330,13 +330,10 @@ def stage_seconds(rows: list[dict]) -> dict[str, float]:
     return {stage: round(seconds, 1) for stage, seconds in totals.most_common()}
 
 
-WAITS = rubric.WAIT_SECONDS  # a rubric job's waits outside its stages
-
-
 def _waits(row: dict) -> dict[str, float]:
     """The waits a row's job recorded, as "wait: NAME" seconds (rows of older runs have none)."""
     waits = (row.get("rubric") or {}).get("waits") or {}
-    return {f"wait: {name}": waits[name] for name in WAITS if isinstance(waits.get(name), (int, float))}
+    return {f"wait: {name}": waits[name] for name in rubric.WAIT_SECONDS if isinstance(waits.get(name), (int, float))}
 
 
 def throughput(runs: list[dict]) -> dict:
