@@ -75,3 +75,29 @@ def test_a_session_runs_on_a_local_checkpoint_and_its_prompt_is_what_training_re
     rendered = tokenizer.apply_chat_template(chat.messages, tools=trajectories.agent_tools(), tokenize=False)
     assert rendered.startswith(prompt) and prompt.endswith("<|im_start|>assistant\n")
     assert json.dumps(turns[0]["message"]["content"])  # recorded as text
+
+
+LOAD_IN_THREADS = """
+import sys, threading
+from kernelsmith.backends.hf import HFBackend
+barrier, errors = threading.Barrier(8), []
+def load():
+    backend = HFBackend(sys.argv[1], device="cpu")
+    barrier.wait()
+    try:
+        backend._load()
+    except Exception as err:
+        errors.append(repr(err))
+threads = [threading.Thread(target=load) for _ in range(8)]
+[t.start() for t in threads]; [t.join() for t in threads]
+print(errors)
+sys.exit(1 if errors else 0)
+"""
+
+
+def test_bench_workers_load_their_policies_at_once_in_a_fresh_process(student):
+    """`bench --backend hf --workers N` loads N policies on N threads at the same moment; transformers imports its
+    classes lazily, and on the device its lazy import raced (ImportError on 12 of 12 rows of a bench)."""
+    proc = subprocess.run([sys.executable, "-c", LOAD_IN_THREADS, str(student)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

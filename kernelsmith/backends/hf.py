@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,9 @@ def _call(body: str, call_id: str) -> ToolCall | None:
     return ToolCall(call_id, value["name"], arguments)
 
 
+_LOADING = threading.Lock()
+
+
 class HFBackend(BackendBase):
     name = "hf"
 
@@ -62,6 +66,10 @@ class HFBackend(BackendBase):
         self._tokenizer = self._policy = None
 
     def _load(self):
+        with _LOADING:  # transformers' lazy imports race when bench's workers load at once (ImportError)
+            return self._load_once()
+
+    def _load_once(self):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
