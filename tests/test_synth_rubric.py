@@ -271,3 +271,30 @@ def test_a_run_on_the_gpu_says_which_gpu_and_plans_on_its_memory(tmp_path, monke
     assert rubric.gpu_names() == "NVIDIA H100 80GB HBM3" and rubric.gpu_memory_bytes() == 40960 << 20
     monkeypatch.setenv("PATH", "/nonexistent")
     assert rubric.gpu_names() is None and rubric.gpu_memory_bytes() is None
+
+
+def test_the_checks_compare_in_slices_exactly_as_whole_tensors_would(monkeypatch):
+    """The rubric's comparisons and reductions run over slices (bounded memory); a difference, a NaN or the only
+    non-zero value in any one slice, the last and shorter one included, decides as a whole-tensor check would."""
+    import torch
+
+    from kernelsmith.harness import synth_rubric as sr
+
+    monkeypatch.setattr(sr, "CHUNK", 7)  # 100 elements: 14 full slices and a short one
+    base = torch.randn(10, 10, generator=torch.Generator().manual_seed(0))
+    for where in (0, 50, 99):
+        off = base.clone()
+        off.view(-1)[where] += 1e-3
+        assert not sr._equal([base], [off]) and not sr._close([base], [off]) and sr._close([base], [off], 1e-2, 1e-2)
+        nan = base.clone()
+        nan.view(-1)[where] = float("nan")
+        with pytest.raises(sr.Rejected, match="NaN"):
+            sr.check_finite([nan])
+        spike = torch.zeros(10, 10)
+        spike.view(-1)[where] = 1.0
+        sr.check_nontrivial([spike])  # one value apart from zero: neither near zero nor constant
+    assert sr._equal([base], [base.clone()]) and sr._close([base.t()], [base.t().contiguous()])
+    assert abs(sr._std(base) - float(base.double().std())) < 1e-12
+    assert abs(sr._mean_abs(base) - float(base.double().abs().mean())) < 1e-12
+    with pytest.raises(sr.Rejected, match="constant"):
+        sr.check_nontrivial([torch.full((10, 10), 3.0)])

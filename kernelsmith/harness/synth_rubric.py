@@ -40,14 +40,32 @@ def _run(task, device: str, weights: int = WEIGHTS, inputs: list | None = None, 
     return _outputs(model, inputs)
 
 
+# The checks compare and reduce in slices of this many elements: whole-tensor float64 copies of a 4 GB output
+# (and allclose's temporaries beside them) put a job's peak at 2.5-6.5x the bytes its plan reserved
+# (rubric.memory_need; an H100 run's rows, peak_gpu_bytes against waits.need), and every such job then
+# failed for memory and reran with the whole GPU to itself while the other jobs waited
+CHUNK = 1 << 24
+
+
+def _slices(*tensors: torch.Tensor):
+    """Matching flat slices of same-shaped tensors, CHUNK elements at a time."""
+    flat = [t.reshape(-1) for t in tensors]
+    for start in range(0, flat[0].numel(), CHUNK):
+        yield tuple(f[start:start + CHUNK] for f in flat)
+
+
 def _close(a: list, b: list, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
-    return len(a) == len(b) and all(
-        x.shape == y.shape and torch.allclose(x.double(), y.double(), rtol=rtol, atol=atol, equal_nan=True)
-        for x, y in zip(a, b))
+    return len(a) == len(b) and all(x.shape == y.shape and _close_one(x, y, rtol, atol) for x, y in zip(a, b))
+
+
+def _close_one(x: torch.Tensor, y: torch.Tensor, rtol: float, atol: float) -> bool:
+    return all(torch.allclose(u.double(), v.double(), rtol=rtol, atol=atol, equal_nan=True) for u, v in _slices(x, y))
 
 
 def _equal(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        x.shape == y.shape and x.dtype == y.dtype and all(torch.equal(u, v) for u, v in _slices(x, y))
+        for x, y in zip(a, b))
 
 
 def _stage(stage: str, fn, *args):
@@ -62,7 +80,7 @@ def _stage(stage: str, fn, *args):
 
 def check_finite(outputs: list) -> None:
     for i, out in enumerate(outputs):
-        if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+        if out.is_floating_point() and not all(bool(torch.isfinite(u).all()) for (u,) in _slices(out)):
             raise Rejected("finite", f"output {i} has NaN or Inf values")
 
 
@@ -76,12 +94,23 @@ def check_deterministic(task, base: list, device: str) -> str:
 
 
 def check_nontrivial(outputs: list) -> None:
-    for i, out in enumerate(o.double() for o in outputs if o.is_floating_point()):
-        peak = float(out.abs().max()) if out.numel() else 0.0
+    for i, out in enumerate(o for o in outputs if o.is_floating_point()):
+        peak = max((float(u.abs().max()) for (u,) in _slices(out)), default=0.0)
         if peak < NEAR_ZERO:
             raise Rejected("trivial", f"output {i} is near zero everywhere (max |x| < {NEAR_ZERO:g})")
-        if out.numel() > 1 and float(out.std()) < NEAR_ZERO * max(1.0, float(out.abs().mean())):
+        if out.numel() > 1 and _std(out) < NEAR_ZERO * max(1.0, _mean_abs(out)):
             raise Rejected("trivial", f"output {i} is constant")
+
+
+def _mean_abs(out: torch.Tensor) -> float:
+    return sum(float(u.double().abs().sum()) for (u,) in _slices(out)) / out.numel()
+
+
+def _std(out: torch.Tensor) -> float:
+    """The sample standard deviation in float64, two passes over slices (as torch.std of a float64 copy)."""
+    mean = sum(float(u.double().sum()) for (u,) in _slices(out)) / out.numel()
+    squares = sum(float((u.double() - mean).square().sum()) for (u,) in _slices(out))
+    return (squares / (out.numel() - 1)) ** 0.5
 
 
 def check_dependence(task, base: list, device: str) -> dict:
