@@ -227,3 +227,57 @@ def test_a_slow_candidate_holds_back_only_the_rows_after_it_not_the_workers():
     rows = synth_run._drive(work, iter(range(40)), wanted=5, budget=40, on_row=None)
     assert [r["index"] for r in rows] == list(range(10))  # in order, up to the fifth accepted
     assert sum(started[c] < finished[0] for c in started if c) >= 5  # later ones ran beside the slow one
+
+
+SLEEPER = """import time
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        time.sleep(60)
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.randn(8, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_ctrl_c_stops_the_run_at_once_with_its_running_jobs_killed(tmp_path):
+    """An interrupted run (Ctrl-C, or a limit's SIGINT handed by the kernel to a worker thread) ends within
+    seconds: its running rubric jobs' workers are killed and their rows dropped, not waited for. An H100 run
+    waited past its limit's 110 s grace for jobs in minutes-long memory waits and wrote neither its time
+    nor its README."""
+    import threading
+    from types import SimpleNamespace
+
+    from kernelsmith.evaluation import runner
+    from kernelsmith.synth import run as synth_run
+    from kernelsmith.synth.rubric import RubricPool
+
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    pool, kept = RubricPool("cpu", 2, (0.0, 1e9)), []
+    work = SimpleNamespace(plan=SimpleNamespace(workers=2), pool=pool, keep=lambda c, r: kept.append(r),
+                           row=lambda candidate: pool.check(tmp_path / "sleeper.py", trusted=True))
+
+    def interrupt_a_worker_thread() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(w.proc is not None for w in list(runner.LIVE)) < 2:
+            time.sleep(0.1)
+        time.sleep(3)  # the workers past their imports, into the task's sleep
+        worker = next(t for t in threading.enumerate() if t.name.startswith("ks-synth"))
+        signal.pthread_kill(worker.ident, signal.SIGINT)
+
+    threading.Thread(target=interrupt_a_worker_thread, daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        synth_run._drive(work, iter(range(4)), wanted=4, budget=4, on_row=None)
+    assert time.monotonic() - start < 45  # the workers' imports, 3 s, and the kill; not the tasks' 60 s
+    assert kept == []
+    assert all(w.proc.poll() is not None for w in list(runner.LIVE) if w.proc is not None)

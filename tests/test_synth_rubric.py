@@ -200,6 +200,36 @@ def test_rubric_jobs_sharing_a_gpu_start_only_when_their_memory_fits_beside_the_
     assert budget.used == 0
 
 
+def test_a_stopped_budget_starts_no_waiting_job_and_frees_the_room_of_running_ones():
+    """An interrupted run: the job waiting for room never starts (it raises Stopped at once), the running
+    one keeps its room till it ends, and nothing is left counted."""
+    import threading
+
+    from kernelsmith.synth.rubric import MemoryBudget, Stopped
+
+    budget, log, raised = MemoryBudget(100), [], []
+    running = _enter_in_thread(budget, 80, log, "running")
+    assert running[0].wait(5)
+
+    def wait_for_room():
+        try:
+            with budget.held(50):
+                log.append("waiting")
+        except Stopped:
+            raised.append(time.monotonic())
+
+    waiter = threading.Thread(target=wait_for_room, daemon=True)
+    waiter.start()
+    _until(lambda: len(budget._waiting) == 1)
+    stopped = time.monotonic()
+    budget.stop()
+    waiter.join(5)
+    assert raised and raised[0] - stopped < 1 and log == ["running"] and budget._waiting == []
+    running[1].set()
+    running[2].join(5)
+    assert budget.used == 0
+
+
 def test_without_a_gpu_memory_figure_nothing_waits_and_a_task_needs_its_values_twice():
     from kernelsmith.synth import compose
     from kernelsmith.synth.rubric import CONTEXT_BYTES, MemoryBudget, memory_need

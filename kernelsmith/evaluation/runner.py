@@ -809,9 +809,14 @@ LIVE: "weakref.WeakSet[Prestarted]" = weakref.WeakSet()  # every worker made, ti
 
 
 def _at_exit() -> None:
-    """The spares stopped, and every worker still running killed (a session's warm-up on its thread, when
-    the session ends in an error): before tempfile's own exit hook removes their folders under them,
-    which printed a traceback after a one-line error."""
+    """Before tempfile's own exit hook removes the workers' folders under them (a session's warm-up on its
+    thread, when the session ends in an error), which printed a traceback after a one-line error."""
+    stop_all()
+
+
+def stop_all() -> None:
+    """The spares stopped and every worker still running killed: the threads waiting on them get their
+    failed answers at once (an interrupted run need not wait for its running jobs)."""
     SPARES.close()
     for worker in list(LIVE):
         if worker.proc is not None and worker.proc.poll() is None:

@@ -118,7 +118,7 @@ class MemoryBudget:
     small ones, then for the room they free."""
 
     def __init__(self, capacity: int | None, overtake: int = OVERTAKE):
-        self.capacity, self.used, self.overtake = capacity, 0, overtake
+        self.capacity, self.used, self.overtake, self.stopped = capacity, 0, overtake, False
         self._waiting: list[_Waiter] = []  # in arrival order
         self._turn = threading.Condition()
 
@@ -131,7 +131,10 @@ class MemoryBudget:
         with self._turn:
             ticket = _Waiter()
             self._waiting.append(ticket)
-            self._turn.wait_for(lambda: self._may_start(ticket, need))
+            self._turn.wait_for(lambda: self.stopped or self._may_start(ticket, need))
+            if self.stopped:
+                self._waiting.remove(ticket)
+                raise Stopped("the run was stopped while this job waited for GPU memory")
             ahead = self._ahead_of(ticket)
             for earlier in ahead:
                 earlier.passed += 1
@@ -145,6 +148,12 @@ class MemoryBudget:
                 self.used -= need
                 self._turn.notify_all()
 
+    def stop(self) -> None:
+        """No waiting job starts: each raises Stopped (an interrupted run drops the rows it has not written)."""
+        with self._turn:
+            self.stopped = True
+            self._turn.notify_all()
+
     def _may_start(self, ticket: "_Waiter", need: int) -> bool:
         """It fits, and every job ahead of it may still be passed."""
         if self.used + need > self.capacity:
@@ -153,6 +162,10 @@ class MemoryBudget:
 
     def _ahead_of(self, ticket: "_Waiter") -> list["_Waiter"]:
         return self._waiting[:next(i for i, w in enumerate(self._waiting) if w is ticket)]
+
+
+class Stopped(Exception):
+    """A job that never started: its run was stopped."""
 
 
 class _Waiter:
@@ -207,6 +220,12 @@ class RubricPool:
         from kernelsmith.sandbox.local import gpu_slots
 
         return [slot.env for slot in gpu_slots(None)] or [{}]
+
+    def stop(self) -> None:
+        """Stop the run's jobs: none starts any more, and the running ones' workers are killed."""
+        for budget in self._budgets.values():
+            budget.stop()
+        runner.stop_all()
 
     def check(self, path: Path, trusted: bool, need: int | None = None) -> dict:
         """The rubric's verdict on one task; `need`: the bytes its job may hold on the GPU (memory_need)."""

@@ -263,8 +263,27 @@ def _drive(work: Synthesis, stream, wanted: int, budget: int, on_row) -> list[di
                 return rows
         _settle(work, pending, rows, on_row, wanted, full=True)
         return rows
+    except BaseException:  # Ctrl-C, or the limit's SIGINT: stop now, not when the running jobs end
+        _abandon(work, pending)
+        raise
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
+
+
+WAKE_S = 0.2  # how often the main thread wakes while it waits for a row (see agent/fleet.py's _next)
+ABANDON_S = 30.0
+
+
+def _abandon(work: "Synthesis", pending: collections.deque) -> None:
+    """The running candidates' rows dropped (a resume checks them again): their jobs stopped and their workers
+    killed, until every thread is free. Waiting for them instead held an interrupted H100 run past its
+    limit's 110 s grace, with its time and README unwritten (memory waits of minutes, jobs of 10)."""
+    futures, deadline = [f for _, f in pending], time.monotonic() + ABANDON_S
+    for future in futures:
+        future.cancel()
+    while time.monotonic() < deadline and not all(f.done() for f in futures):
+        work.pool.stop()  # again each round: a thread past its memory wait may have just started a worker
+        concurrent.futures.wait(futures, timeout=WAKE_S)
 
 
 def _settle(work: Synthesis, pending: collections.deque, rows: list[dict], on_row, wanted: int, full: bool) -> bool:
@@ -278,7 +297,10 @@ def _settle(work: Synthesis, pending: collections.deque, rows: list[dict], on_ro
         running = [f for _, f in pending if not f.done()]
         if not pending or not (full or len(running) >= workers or len(pending) >= REORDER * workers):
             return False
-        concurrent.futures.wait(running or [pending[0][1]], return_when=concurrent.futures.FIRST_COMPLETED)
+        # in short sleeps: the kernel may hand a Ctrl-C to a worker thread, and Python runs its handler only
+        # when the main thread next runs bytecode
+        concurrent.futures.wait(running or [pending[0][1]], timeout=WAKE_S,
+                                return_when=concurrent.futures.FIRST_COMPLETED)
 
 
 def _finish(work: Synthesis, item, rows: list[dict], on_row) -> int:
