@@ -42,8 +42,15 @@ def failed_job(err: runner.JobFailed) -> dict:
             "eager_ms": None, "compile_ms": None, "stage_s": {}}
 
 
-def out_of_memory(verdict: dict) -> bool:
-    return not verdict["accepted"] and "out of memory" in (verdict["reason"] or "").lower()
+# What a job may fail with because of the other jobs on its GPU, not of its task: out of memory, or no CUDA
+# context for it at all (cudaErrorDevicesUnavailable, "busy or unavailable": 3 tasks of an H100 run were
+# rejected so within 0.6 s, while another job overran its plan and filled the GPU)
+SHARED_GPU_FAULTS = ("out of memory", "busy or unavailable")
+
+
+def shared_gpu_fault(verdict: dict) -> bool:
+    reason = (verdict["reason"] or "").lower()
+    return not verdict["accepted"] and any(fault in reason for fault in SHARED_GPU_FAULTS)
 
 
 def run_rubric(job: dict, timeout: float = TIMEOUT_S, spares: int = 0, fresh: bool = False) -> dict:
@@ -235,7 +242,7 @@ class RubricPool:
         job = rubric_job(path, self.device, self.window_ms, self.threads, trusted)
         with runner.extra_env(env):
             verdict = self._run(budget, need, job, spares=self.spares)
-            if self.device != "cuda" or not out_of_memory(verdict) or not gpu_lock.phased(job):
+            if self.device != "cuda" or not shared_gpu_fault(verdict) or not gpu_lock.phased(job):
                 return verdict
             # beside other jobs' tensors (52 of 259 candidates on an H100): the task's own fault only alone, with
             # the GPU to itself and the whole budget, so that no other job's tensors wait beside it either (19
