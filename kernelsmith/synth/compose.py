@@ -80,6 +80,10 @@ class TaskGraph:
         """Elements of every input and every operator's result: what one forward holds at most."""
         return sum(math.prod(shape) for shape in self.shapes.values())
 
+    def scratch(self) -> int:
+        """Elements the largest operator holds inside itself while it runs (one runs at a time)."""
+        return max((n.op.scratch for n in self.nodes), default=0)
+
     def describe(self) -> dict:
         """What the manifest says about the task."""
         return {"ops": [n.op.seed for n in self.nodes], "op_count": len(self.nodes),

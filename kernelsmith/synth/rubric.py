@@ -100,15 +100,16 @@ def capture_graph(path: Path, timeout: float = TIMEOUT_S) -> dict:
 
 
 # What a rubric job holds on its GPU: its forward's values twice (the eager outputs kept while the next
-# checks and the compiled model run) as float32, and its CUDA context and allocator slack. 8-10 jobs that
-# ignored each other's memory on an H100 ran 52 of 259 candidates out of it.
+# checks and the compiled model run) as float32, the largest operator's own scratch (attention's scores:
+# rows with attention peaked at up to 3.1x a plan without them), and its CUDA context and allocator slack.
+# 8-10 jobs that ignored each other's memory on an H100 ran 52 of 259 candidates out of it.
 CONTEXT_BYTES = 1 << 30
 GPU_SHARE = 0.7  # of the GPU's memory the rubric jobs of one GPU may plan to use together
 
 
 def memory_need(graph) -> int | None:
     """Bytes a combinatorial task's rubric job may hold on the GPU; None (all of the budget) for an LLM's."""
-    return None if graph is None else 2 * 4 * graph.elements() + CONTEXT_BYTES
+    return None if graph is None else 4 * (2 * graph.elements() + graph.scratch()) + CONTEXT_BYTES
 
 
 OVERTAKE = 8  # how many later jobs may start ahead of a waiting one (in room it could not use yet) before none may

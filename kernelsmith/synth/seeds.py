@@ -8,6 +8,7 @@ declared output shape by running the rendered task on meta tensors (compose.veri
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Callable
@@ -36,6 +37,9 @@ class Op:
     module: str | None = None  # constructor source of self.{m}
     needs: tuple[Operand, ...] = ()
     blocks: tuple[str, ...] = ()  # block classes the file must define
+    # elements the call holds inside itself beside its operands and result (attention's scores, a gated MLP's
+    # hidden values): no value of the graph, but GPU memory all the same (rubric.memory_need)
+    scratch: int = 0
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,7 @@ def _glu_mlp(kind: str) -> Callable:
         hidden = _features_near(rng, shape[-1])
         cls = "SwiGLU" if kind == "swiglu" else "GeGLU"
         return Op(f"{kind}_mlp", "self.{m}({0})", shape, {"dim": shape[-1], "hidden": hidden},
-                  f"{cls}({shape[-1]}, {hidden})", blocks=(cls,))
+                  f"{cls}({shape[-1]}, {hidden})", blocks=(cls,), scratch=3 * math.prod(shape[:-1]) * hidden)
     return rule
 
 
@@ -193,9 +197,12 @@ def _attention(causal: bool) -> Callable:
         heads = next((h for h in rng.sample([2, 4, 8, 16], 4) if dim % h == 0 and dim // h >= 8), None)
         if heads is None:
             return None
+        batch, seq = shape[0], shape[1]
         return Op("causal_attention" if causal else "attention", "self.{m}({0})", shape,
                   {"dim": dim, "heads": heads, "causal": causal},
-                  f"SelfAttention({dim}, {heads}, causal={causal})", blocks=("SelfAttention",))
+                  f"SelfAttention({dim}, {heads}, causal={causal})", blocks=("SelfAttention",),
+                  # qkv, its heads and the weighted values; two (batch, heads, seq, seq) score tensors at a time
+                  scratch=5 * batch * seq * dim + 2 * batch * heads * seq * seq)
     return rule
 
 
