@@ -101,3 +101,21 @@ def test_bench_workers_load_their_policies_at_once_in_a_fresh_process(student):
     proc = subprocess.run([sys.executable, "-c", LOAD_IN_THREADS, str(student)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_a_session_compacts_at_the_checkpoints_own_window(student, tmp_path):
+    """The hf policy's window is the positions its checkpoint was trained for, not a guess: SmolLM2-135M has
+    8,192, and sessions that assumed 32,768 sent it 14,700-token prompts without ever compacting."""
+    from kernelsmith.backends import context_window
+    from kernelsmith.config import Settings
+
+    small = tmp_path / "small"
+    small.mkdir()
+    config = json.loads((student / "config.json").read_text())
+    (small / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 8192}))
+    assert context_window("hf", Settings(backend="hf", model=str(small))) == 8192
+    assert context_window("hf", Settings(backend="hf", model=str(small), context_window=999)) == 999
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    assert context_window("hf", Settings(backend="hf", model=str(broken))) == 32_768

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
+from pathlib import Path
 
 from kernelsmith.backends.base import Backend, BackendError
 from kernelsmith.config import Settings
@@ -45,7 +47,20 @@ def context_window(name: str, settings: Settings) -> int:
         return settings.context_window
     if name == "openai" and settings.base_url:
         return LOCAL_CONTEXT_WINDOW
+    if name == "hf":
+        return checkpoint_window(settings.model) or CONTEXT_WINDOWS[name]
     return CONTEXT_WINDOWS[name]
+
+
+def checkpoint_window(model: str | None) -> int | None:
+    """The positions a local checkpoint was trained for (config.json's max_position_embeddings): SmolLM2-135M
+    has 8,192, and a session that assumed 32,768 sent it prompts of 14,700 tokens it never compacted."""
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+    except (TypeError, OSError, ValueError):
+        return None
+    window = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    return window if isinstance(window, int) and window > 0 else None
 
 
 def create_backend(settings: Settings) -> Backend:
