@@ -119,3 +119,18 @@ def test_a_session_compacts_at_the_checkpoints_own_window(student, tmp_path):
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
     assert context_window("hf", Settings(backend="hf", model=str(broken))) == 32_768
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_small_window_gets_the_guide_without_its_playbook_which_stays_in_the_workdir(tmp_path, device):
+    """The CUDA guide alone is about 9,000 tokens, more than SmolLM2-135M's whole window: such a policy gets the
+    rules and the workflow, and a pointer to the playbook in SKILL.md; a large window gets all of it."""
+    from kernelsmith import workdir as wd
+    from kernelsmith.agent.env import system_prompt
+
+    (tmp_path / "SKILL.md").write_text(wd.render_skill(device, "task", "fp32"))
+    config = wd.WorkdirConfig(task="task", origin="model.py", device=device, precision="fp32")
+    whole, small = system_prompt(tmp_path, config, 200_000), system_prompt(tmp_path, config, 2048)
+    assert "Optimisation playbook" in whole and system_prompt(tmp_path, config) == whole
+    assert "Optimisation playbook" not in small and "is in SKILL.md" in small and len(small) < len(whole) * 0.8
+    assert "## 1. The workdir" in small and "Optimisation playbook" in (tmp_path / "SKILL.md").read_text()

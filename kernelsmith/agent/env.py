@@ -20,6 +20,7 @@ backends send only the text. docs/env.md has the contract.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -119,8 +120,21 @@ def eval_options(settings: Settings, config: wd.WorkdirConfig) -> EvalOptions:
                        spare_workers=config.device == "cuda", profile_spares=True)
 
 
-def system_prompt(workdir: Path, config: wd.WorkdirConfig) -> str:
+# A model with a small window (SmolLM2-135M: 8,192 positions; the CUDA guide alone is about 9,000 tokens) gets the
+# guide up to its optimisation playbook, and reads the playbook from SKILL.md when it needs it
+PLAYBOOK = re.compile(r"\n## \d+\. Optimisation playbook")
+PLAYBOOK_POINTER = ("\n(The optimisation playbook, the rest of this guide, is in SKILL.md in the workdir: "
+                    "read_file it when you need it. Your context window is too small to hold it here.)\n")
+CHARS_PER_TOKEN = 4  # a rough count, enough to tell whether the guide would fill half of the window
+
+
+def system_prompt(workdir: Path, config: wd.WorkdirConfig, window: int | None = None) -> str:
+    """The system prompt: the rules and the workdir's guide, whose playbook stays in SKILL.md when the whole
+    guide would fill more than half of a `window` of tokens."""
     skill = (workdir / "SKILL.md").read_text()
+    playbook = PLAYBOOK.search(skill)
+    if window and playbook and len(skill) > window * CHARS_PER_TOKEN // 2:
+        skill = skill[:playbook.start()] + PLAYBOOK_POINTER
     device_name = "CUDA" if config.device == "cuda" else "C++ (CPU)"
     return wd.packaged_text("prompts", "system.md").format(device_name=device_name, skill=skill)
 
@@ -137,8 +151,10 @@ class KernelEnv:
     """One session in one workdir: reset, then model_turn and step until done, then close."""
 
     def __init__(self, settings: Settings, sandbox=None, listeners: list[Listener] | None = None,
-                 model: dict[str, str] | None = None, stop: threading.Event | None = None):
+                 model: dict[str, str] | None = None, stop: threading.Event | None = None,
+                 window: int | None = None):
         self.settings, self.sandbox, self.listeners = settings, sandbox, list(listeners or [])
+        self.window = window  # the policy's context window in tokens (None: large enough for the whole guide)
         self.stop = stop  # set by a fleet that was interrupted: the session ends at its next turn
         self.model_info = model or {}  # backend and model names for the session record
         self.budget = budget_of(settings)
@@ -168,7 +184,7 @@ class KernelEnv:
         saved = self.repo.save_user_changes(session_id)
         self.surface = self.repo.git_exec_surface()
         self.recorder = Recorder(self.workdir, session_id, self.listeners)
-        self.system = system_prompt(self.workdir, self.config)
+        self.system = system_prompt(self.workdir, self.config, self.window)
         first = {"role": "user", "content": task_prompt(self.workdir, self.config, self.budget)}
         self.recorder.emit("session_start", session_id=session_id, workdir=str(self.workdir), task=self.config.task,
                            system=self.system, config={**self.settings.public(), **self.model_info,

@@ -70,7 +70,8 @@ def resume(settings: Settings, workdir: Path, session: str, listeners: list[List
 
 
 def _env(settings: Settings, backend: Backend, sandbox, listeners, stop=None) -> KernelEnv:
-    return KernelEnv(settings, sandbox, listeners, model={"backend": backend.name, "model": backend.model}, stop=stop)
+    return KernelEnv(settings, sandbox, listeners, model={"backend": backend.name, "model": backend.model}, stop=stop,
+                     window=context_window(backend_name(settings), settings))
 
 
 def _resumed_settings(state: reader.SessionState, flags: Settings) -> Settings:
