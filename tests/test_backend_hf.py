@@ -134,3 +134,46 @@ def test_a_small_window_gets_the_guide_without_its_playbook_which_stays_in_the_w
     assert "Optimisation playbook" in whole and system_prompt(tmp_path, config) == whole
     assert "Optimisation playbook" not in small and "is in SKILL.md" in small and len(small) < len(whole) * 0.8
     assert "## 1. The workdir" in small and "Optimisation playbook" in (tmp_path / "SKILL.md").read_text()
+
+
+def test_sessions_at_once_share_one_policy_and_get_their_own_replies_from_one_batch(student):
+    """bench's and PPO's sessions run on threads; generating a small model is bound by the host and the
+    threads share one interpreter lock, so each loading and calling its own copy bought nothing. One policy
+    per checkpoint generates the turns that come together as one left-padded batch, and each session gets
+    the reply it would have got alone (greedy decoding, prompts of different lengths)."""
+    import threading
+
+    from kernelsmith.backends.hf_batching import shared_policy
+
+    asks = [[{"role": "user", "content": "Write a kernel. " * n}] for n in (1, 5, 9, 14)]
+    backends = [HFBackend(str(student), max_tokens=12, device="cpu", temperature=0.0) for _ in asks]
+    alone = [backends[0].complete("You write kernels.", ask, []).text for ask in asks]
+    policy = shared_policy(student, "cpu", 0)
+    assert all(b._load()[1] is policy for b in backends)  # one model in memory, not four
+    batches_before, together, barrier = len(policy.batches), [None] * len(asks), threading.Barrier(len(asks))
+
+    def turn(i: int) -> None:
+        barrier.wait()
+        together[i] = backends[i].complete("You write kernels.", asks[i], []).text
+
+    threads = [threading.Thread(target=turn, args=(i,)) for i in range(len(asks))]
+    [t.start() for t in threads]
+    [t.join(120) for t in threads]
+    assert together == alone
+    assert max(policy.batches[batches_before:]) > 1  # generated together
+
+
+def test_a_checkpoint_written_over_is_loaded_again(student, tmp_path):
+    """PPO writes each step's policy over the last one's, in the same folder: the next step's sessions must
+    generate with the new weights, not the shared copy of the old ones."""
+    import shutil
+
+    from kernelsmith.backends.hf_batching import shared_policy
+
+    folder = tmp_path / "policy"
+    shutil.copytree(student, folder)
+    first = shared_policy(folder, "cpu", 0)
+    assert shared_policy(folder, "cpu", 0) is first
+    config = folder / "config.json"
+    os.utime(config, ns=(config.stat().st_atime_ns, config.stat().st_mtime_ns + 10**9))  # the next step's save
+    assert shared_policy(folder, "cpu", 0) is not first

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +48,6 @@ def _call(body: str, call_id: str) -> ToolCall | None:
     return ToolCall(call_id, value["name"], arguments)
 
 
-_LOADING = threading.Lock()
-
-
 class HFBackend(BackendBase):
     name = "hf"
 
@@ -66,18 +62,11 @@ class HFBackend(BackendBase):
         self._tokenizer = self._policy = None
 
     def _load(self):
-        with _LOADING:  # transformers' lazy imports race when bench's workers load at once (ImportError)
-            return self._load_once()
-
-    def _load_once(self):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from kernelsmith.backends.hf_batching import shared_policy
 
         if self._policy is None:
-            self._tokenizer = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
-            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self._policy = AutoModelForCausalLM.from_pretrained(str(self.path), local_files_only=True).to(device).eval()
-            torch.manual_seed(self.seed)
+            self._policy = shared_policy(self.path, self.device, self.seed)
+            self._tokenizer = self._policy.tokenizer
         return self._tokenizer, self._policy
 
     def prompt(self, system: str, messages: list[dict], tools: list[ToolSpec]) -> str:
@@ -90,21 +79,16 @@ class HFBackend(BackendBase):
                                              add_generation_prompt=True, tokenize=False)
 
     def complete(self, system: str, messages: list[dict], tools: list[ToolSpec], on_text=None) -> Reply:
-        import torch
-
         tokenizer, policy = self._load()
-        ids = tokenizer(self.prompt(system, messages, tools), add_special_tokens=False, return_tensors="pt")
-        ids = {k: v.to(policy.device) for k, v in ids.items()}
-        with torch.no_grad():
-            out = policy.generate(**ids, **self._sampling(tokenizer))
-        new = out[0, ids["input_ids"].shape[1]:]
+        ids = tokenizer(self.prompt(system, messages, tools), add_special_tokens=False)["input_ids"]
+        new = policy.generate(ids, self._sampling(tokenizer))
         self.turn += 1
         text, calls = parse_tool_calls(tokenizer.decode(new, skip_special_tokens=True), self.turn)
         if on_text and text:
             on_text(text)
-        stop = "stop" if tokenizer.eos_token_id is not None and tokenizer.eos_token_id in new.tolist() else "length"
-        return Reply(text, calls, Usage(input_tokens=int(ids["input_ids"].shape[1]), output_tokens=len(new)),
-                     stop_reason=stop, model=self.model)
+        stop = "stop" if tokenizer.eos_token_id is not None and tokenizer.eos_token_id in new else "length"
+        return Reply(text, calls, Usage(input_tokens=len(ids), output_tokens=len(new)), stop_reason=stop,
+                     model=self.model)
 
     def _sampling(self, tokenizer) -> dict[str, Any]:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

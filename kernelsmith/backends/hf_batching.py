@@ -1,0 +1,116 @@
+"""One local policy per checkpoint and device, shared by every hf session of the process, which generates the
+requests of sessions running at once as one left-padded batch.
+
+`bench --backend hf --workers N` and PPO's rollouts run N sessions on N threads. Each loaded a copy of the policy
+and called `generate` itself; generating a small model is bound by the host (a 135M model wrote 38 tokens a
+second on an H100, one launch after another), and N threads calling it share one interpreter lock, so N
+sessions wrote about as many tokens a second as one. Here one thread generates for all of them: a request
+waits at most GATHER_S for others to join its batch, and requests with the same sampling settings go in one
+`generate` call (left padding; the attention mask gives each row its own positions)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GATHER_S = 0.02  # how long the first request of a batch waits for others (a turn's generation takes seconds)
+MAX_BATCH = 16
+
+
+@dataclass
+class _Request:
+    ids: list[int]
+    sampling: tuple  # sorted (name, value) pairs of generate's keyword arguments
+    reply: Future = field(default_factory=Future)
+
+
+class SharedPolicy:
+    """A checkpoint's tokenizer and model, loaded once, and the thread that generates for every session."""
+
+    def __init__(self, path: Path, device: str, seed: int):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True).to(device).eval()
+        torch.manual_seed(seed)
+        self.batches: list[int] = []  # the size of each generate call, for tests and reports
+        self._queue: list[_Request] = []
+        self._wake = threading.Condition()
+        threading.Thread(target=self._serve, daemon=True, name=f"hf-policy-{path.name}").start()
+
+    def generate(self, ids: list[int], sampling: dict) -> list[int]:
+        """The new token ids for one prompt, up to and including its end-of-sequence token."""
+        request = _Request(list(ids), tuple(sorted(sampling.items())))
+        with self._wake:
+            self._queue.append(request)
+            self._wake.notify()
+        return request.reply.result()
+
+    def _serve(self) -> None:
+        while True:
+            batch = self._next_batch()
+            try:
+                outputs = self._generate(batch)
+            except BaseException as err:  # noqa: BLE001  each session gets the error as its own backend's
+                for request in batch:
+                    request.reply.set_exception(err)
+                continue
+            for request, new in zip(batch, outputs):
+                request.reply.set_result(new)
+
+    def _next_batch(self) -> list[_Request]:
+        """The oldest request and those with its sampling settings that arrive within GATHER_S of it."""
+        with self._wake:
+            self._wake.wait_for(lambda: self._queue)
+            self._wake.wait(GATHER_S)
+            first = self._queue[0].sampling
+            batch = [r for r in self._queue if r.sampling == first][:MAX_BATCH]
+            self._queue = [r for r in self._queue if r not in batch]
+        return batch
+
+    def _generate(self, batch: list[_Request]) -> list[list[int]]:
+        import torch
+
+        sampling = dict(batch[0].sampling)
+        width = max(len(r.ids) for r in batch)
+        pad = sampling["pad_token_id"]
+        ids = torch.tensor([[pad] * (width - len(r.ids)) + r.ids for r in batch], device=self.model.device)
+        mask = torch.tensor([[0] * (width - len(r.ids)) + [1] * len(r.ids) for r in batch], device=self.model.device)
+        self.batches.append(len(batch))
+        with torch.no_grad():
+            out = self.model.generate(input_ids=ids, attention_mask=mask, **sampling)
+        return [_until_end(row[width:].tolist(), sampling.get("eos_token_id")) for row in out]
+
+
+def _until_end(new: list[int], eos) -> list[int]:
+    """A row's tokens up to and including its first end-of-sequence token: after it a batch pads the row."""
+    ends = eos if isinstance(eos, (list, tuple)) else [eos]
+    for i, token in enumerate(new):
+        if token in ends:
+            return new[:i + 1]
+    return new
+
+
+_POLICIES: dict[tuple[str, str], tuple[tuple, SharedPolicy]] = {}
+_LOADING = threading.Lock()  # transformers' lazy imports race when sessions load at once (ImportError)
+
+
+def shared_policy(path: Path, device: str | None, seed: int) -> SharedPolicy:
+    """The process's policy for this checkpoint and device, loaded by the first session that asks, and again
+    once the folder's files change (PPO writes each step's policy over the last one's)."""
+    with _LOADING:
+        import torch
+
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        key, files = (str(Path(path).resolve()), device), _fingerprint(Path(path))
+        if key not in _POLICIES or _POLICIES[key][0] != files:
+            _POLICIES.pop(key, None)  # the old weights go once their sessions have their replies
+            _POLICIES[key] = (files, SharedPolicy(Path(path), device, seed))
+        return _POLICIES[key][1]
+
+
+def _fingerprint(folder: Path) -> tuple:
+    return tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir() if p.is_file()))
