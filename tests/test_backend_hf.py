@@ -167,6 +167,7 @@ def test_a_checkpoint_written_over_is_loaded_again(student, tmp_path):
     """PPO writes each step's policy over the last one's, in the same folder: the next step's sessions must
     generate with the new weights, not the shared copy of the old ones."""
     import shutil
+    import time
 
     from kernelsmith.backends.hf_batching import shared_policy
 
@@ -174,6 +175,17 @@ def test_a_checkpoint_written_over_is_loaded_again(student, tmp_path):
     shutil.copytree(student, folder)
     first = shared_policy(folder, "cpu", 0)
     assert shared_policy(folder, "cpu", 0) is first
+    ids = first.tokenizer("a kernel", add_special_tokens=False)["input_ids"]
+    how = {"max_new_tokens": 3, "do_sample": False, "pad_token_id": 0, "eos_token_id": first.tokenizer.eos_token_id}
+    before = first.generate(ids, how)
+    assert first._serving  # its thread waits for the next turn
     config = folder / "config.json"
     os.utime(config, ns=(config.stat().st_atime_ns, config.stat().st_mtime_ns + 10**9))  # the next step's save
-    assert shared_policy(folder, "cpu", 0) is not first
+    second = shared_policy(folder, "cpu", 0)
+    assert second is not first
+    for _ in range(100):  # the old copy's thread ends: nothing keeps its model in memory but its sessions
+        if not first._serving:
+            break
+        time.sleep(0.05)
+    assert not first._serving
+    assert first.generate(ids, how) == before == second.generate(ids, how)  # one still holding it is served

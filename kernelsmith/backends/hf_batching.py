@@ -39,19 +39,31 @@ class SharedPolicy:
         self.batches: list[int] = []  # the size of each generate call, for tests and reports
         self._queue: list[_Request] = []
         self._wake = threading.Condition()
-        threading.Thread(target=self._serve, daemon=True, name=f"hf-policy-{path.name}").start()
+        self._serving, self._retired = False, False
 
     def generate(self, ids: list[int], sampling: dict) -> list[int]:
         """The new token ids for one prompt, up to and including its end-of-sequence token."""
         request = _Request(list(ids), tuple(sorted(sampling.items())))
         with self._wake:
             self._queue.append(request)
+            if not self._serving:
+                self._serving = True
+                threading.Thread(target=self._serve, daemon=True, name="hf-policy").start()
             self._wake.notify()
         return request.reply.result()
+
+    def retire(self) -> None:
+        """A newer copy of the checkpoint replaced this one: its thread ends once no request waits, and the
+        model is freed with the last session that holds it (a thread serving forever kept every PPO step's)."""
+        with self._wake:
+            self._retired = True
+            self._wake.notify()
 
     def _serve(self) -> None:
         while True:
             batch = self._next_batch()
+            if not batch:
+                return
             try:
                 outputs = self._generate(batch)
             except BaseException as err:  # noqa: BLE001  each session gets the error as its own backend's
@@ -64,7 +76,10 @@ class SharedPolicy:
     def _next_batch(self) -> list[_Request]:
         """The oldest request and those with its sampling settings that arrive within GATHER_S of it."""
         with self._wake:
-            self._wake.wait_for(lambda: self._queue)
+            self._wake.wait_for(lambda: self._queue or self._retired)
+            if not self._queue:
+                self._serving = False
+                return []
             self._wake.wait(GATHER_S)
             first = self._queue[0].sampling
             batch = [r for r in self._queue if r.sampling == first][:MAX_BATCH]
@@ -107,7 +122,8 @@ def shared_policy(path: Path, device: str | None, seed: int) -> SharedPolicy:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         key, files = (str(Path(path).resolve()), device), _fingerprint(Path(path))
         if key not in _POLICIES or _POLICIES[key][0] != files:
-            _POLICIES.pop(key, None)  # the old weights go once their sessions have their replies
+            if key in _POLICIES:
+                _POLICIES.pop(key)[1].retire()
             _POLICIES[key] = (files, SharedPolicy(Path(path), device, seed))
         return _POLICIES[key][1]
 
