@@ -677,6 +677,7 @@ def train_rft(
     import contextlib
 
     from kernelsmith import bench as bench_mod
+    from kernelsmith.backends import checkpoint_window
     from kernelsmith.train import rft
 
     if teacher not in rft.TEACHERS:
@@ -686,8 +687,9 @@ def train_rft(
     if not (model / "config.json").is_file():
         raise BadInput(f"no model checkpoint in {model}", "give a local folder with config.json, weights and a tokenizer")
     teacher_model = teacher_model or (str(model.resolve()) if teacher == "hf" else None)
+    # the teacher works in the student's window: the system prompt and the compactions the student will see
     flags = {"backend": teacher, "model": teacher_model, "base_url": base_url, "script": script, "device": device,
-             "precision": precision, "max_turns": max_turns}
+             "precision": precision, "max_turns": max_turns, "context_window": checkpoint_window(str(model))}
     settings = _with_device(load_bench_settings(flags))
     plan = rft.RftPlan(bench_mod.task_files(tasks), settings, samples, model.resolve(), out.resolve(), workers,
                        min_reward, rft.RftConfig(epochs=epochs, lr=lr, grad_accum=grad_accum, max_tokens=max_tokens))
