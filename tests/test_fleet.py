@@ -134,6 +134,35 @@ def test_a_ctrl_c_the_kernel_hands_to_a_worker_thread_still_stops_the_fleet_at_o
     assert [r["status"] for r in rows_on_disk(tmp_path / "out")] == ["interrupted"]
 
 
+def test_a_ctrl_c_while_the_fleet_still_starts_its_workers_stops_the_episodes_that_began(tmp_path, monkeypatch):
+    """A Ctrl-C may come while the main thread is still starting the workers (a busy machine deschedules it
+    right after a start): the episodes already running must be stopped and their rows written, not left to
+    run on. The main thread here pauses after starting the first worker, whose episode interrupts at once."""
+    import signal
+
+    fleet, main, start = Fleet(tmp_path / "out", workers=2), threading.main_thread(), threading.Thread.start
+
+    def slow_start(thread) -> None:
+        start(thread)
+        if thread.name == "fleet-0":
+            time.sleep(2)  # descheduled: the interrupt comes now
+
+    def runner(episode: Episode) -> dict:
+        signal.pthread_kill(main.ident, signal.SIGINT)
+        for _ in range(600):
+            if fleet.stop.is_set():
+                return episode.row(status="interrupted")
+            time.sleep(0.05)
+        return episode.row(status="done")
+
+    monkeypatch.setattr(threading.Thread, "start", slow_start)
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        fleet.run(episodes(tmp_path, 3), runner)
+    assert time.monotonic() - began < 10
+    assert [r["status"] for r in rows_on_disk(tmp_path / "out")] == ["interrupted"]
+
+
 def test_a_bad_runner_or_a_failing_progress_display_loses_no_row(tmp_path):
     """An error row carries the runner's columns (bench's progress reads `correct`); a runner that returns
     no row is an error, not a dead thread the fleet waits on forever; a progress callback that fails

@@ -136,9 +136,9 @@ class Fleet:
             todo.put(episode)
         threads = [threading.Thread(target=self._work, args=(todo, landed, runner), daemon=True, name=f"fleet-{i}")
                    for i in range(min(self.workers, len(pending)))]
-        for thread in threads:
-            thread.start()
-        try:
+        try:  # the starts inside: a Ctrl-C right after the first start must stop the episodes that began
+            for thread in threads:
+                thread.start()
             for _ in pending:
                 self._land(_next(landed), rows, on_row)
         except KeyboardInterrupt:
@@ -147,7 +147,8 @@ class Fleet:
             if on_stop:
                 on_stop(running)
             for thread in threads:
-                thread.join()  # a second Ctrl-C raises out of here: the daemons die with the process
+                if thread.ident is not None:  # started
+                    thread.join()  # a second Ctrl-C raises out of here: the daemons die with the process
             while not landed.empty():
                 self._land(landed.get(), rows, on_row)
             raise
