@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelsmith import workdir as wd
+from kernelsmith.agent import context
 from kernelsmith.agent.progress import Best, Progress
 from kernelsmith.agent.tools import Outcome, Toolbox
 from kernelsmith.backends.base import Reply, ToolCall, Usage
@@ -125,7 +126,6 @@ def eval_options(settings: Settings, config: wd.WorkdirConfig) -> EvalOptions:
 PLAYBOOK = re.compile(r"\n## \d+\. Optimisation playbook")
 PLAYBOOK_POINTER = ("\n(The optimisation playbook, the rest of this guide, is in SKILL.md in the workdir: "
                     "read_file it when you need it. Your context window is too small to hold it here.)\n")
-CHARS_PER_TOKEN = 4  # a rough count, enough to tell whether the guide would fill half of the window
 
 
 def system_prompt(workdir: Path, config: wd.WorkdirConfig, window: int | None = None) -> str:
@@ -133,7 +133,7 @@ def system_prompt(workdir: Path, config: wd.WorkdirConfig, window: int | None = 
     guide would fill more than half of a `window` of tokens."""
     skill = (workdir / "SKILL.md").read_text()
     playbook = PLAYBOOK.search(skill)
-    if window and playbook and len(skill) > window * CHARS_PER_TOKEN // 2:
+    if window and playbook and len(skill) > window * context.CHARS_PER_TOKEN // 2:
         skill = skill[:playbook.start()] + PLAYBOOK_POINTER
     device_name = "CUDA" if config.device == "cuda" else "C++ (CPU)"
     return wd.packaged_text("prompts", "system.md").format(device_name=device_name, skill=skill)

@@ -11,6 +11,7 @@ waits at most GATHER_S for others to join its batch, and requests with the same 
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ GATHER_S = 0.02  # how long the first request of a batch waits for others (a tur
 MAX_BATCH = 16
 
 
-@dataclass
+@dataclass(eq=False)  # a request is itself, whatever its ids
 class _Request:
     ids: list[int]
     sampling: tuple  # sorted (name, value) pairs of generate's keyword arguments
@@ -80,7 +81,9 @@ class SharedPolicy:
             if not self._queue:
                 self._serving = False
                 return []
-            self._wake.wait(GATHER_S)
+            deadline = time.monotonic() + GATHER_S  # each arrival notifies: wait out the window, not the first
+            while len(self._queue) < MAX_BATCH and (left := deadline - time.monotonic()) > 0:
+                self._wake.wait(left)
             first = self._queue[0].sampling
             batch = [r for r in self._queue if r.sampling == first][:MAX_BATCH]
             self._queue = [r for r in self._queue if r not in batch]

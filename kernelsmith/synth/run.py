@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kernelsmith
+from kernelsmith.agent.fleet import WAKE_S  # how often a waiting main thread wakes
 from kernelsmith.errors import BadInput
 from kernelsmith.synth import compose, decontaminate, rubric
 from kernelsmith.synth.compose import Candidate, CombinatorialComposer, op_count_weights
@@ -270,7 +271,6 @@ def _drive(work: Synthesis, stream, wanted: int, budget: int, on_row) -> list[di
         executor.shutdown(wait=True, cancel_futures=True)
 
 
-WAKE_S = 0.2  # how often the main thread wakes while it waits for a row (see agent/fleet.py's _next)
 ABANDON_S = 30.0
 
 
