@@ -261,6 +261,7 @@ def test_the_agent_loop_plays_a_real_session_and_returns_the_ledgers_reward(loop
     first = server.calls[0]["prompt_ids"]
     assert first == out.prompt_ids and "kernels/example_scale.cpp" in tokenizer.decode(first)
     assert tokenizer.decode(first).endswith("<|im_start|>assistant\n") and '"name": "verify"' in tokenizer.decode(first)
+    assert "Optimisation playbook" in tokenizer.decode(first)  # the whole guide: the window holds it
     # the response: policy tokens (mask 1) exactly as generated, then the tool outputs (mask 0), then the last turn
     runs = spans(out.response_mask)
     assert [v for v, _, _ in runs] == [1, 0, 1], runs
@@ -279,6 +280,20 @@ def test_the_agent_loop_plays_a_real_session_and_returns_the_ledgers_reward(loop
     assert events[0]["config"]["backend"] == "verl" and events[-1]["reason"] == "finish"
     assert Path(outcome["workdir"]).is_relative_to(Path(yaml.safe_load(
         (loop_plan.out / config.AGENT_LOOP_FILE).read_text())[0]["workdir_root"]))
+
+
+def test_a_small_context_gets_the_guide_without_its_playbook(loop_plan, model):
+    """verl's prompt plus response is the policy's window: one too small for the whole guide (SmolLM2's 8,192
+    positions against the CUDA guide's 9,000 tokens) gets the playbook as a pointer to SKILL.md, as the hf
+    backend gives a small checkpoint, instead of a prompt that crowds out the session."""
+    tokenizer = __import__("transformers").AutoTokenizer.from_pretrained(str(model))
+    server = FakeServer(tokenizer, SCRIPT)
+    out = play(loop_plan, tokenizer, server, {"actor_rollout_ref.rollout.prompt_length": 4096,
+                                              "actor_rollout_ref.rollout.response_length": 1024})
+    assert not out.extra_fields["kernelsmith"]["error"], out.extra_fields["kernelsmith"]
+    first = tokenizer.decode(server.calls[0]["prompt_ids"])
+    assert "Optimisation playbook" not in first and "is in SKILL.md in the workdir: read_file it" in first
+    assert len(server.calls[0]["prompt_ids"]) < 4096
 
 
 def test_a_crashed_rollout_is_a_failed_sample_with_reward_0(loop_plan, model):

@@ -241,7 +241,11 @@ class Session:
 
         self.workdir = await self.loop.blocking(lay_out, self.extra, self.options)
         sandbox = await self.loop.blocking(shared_sandbox, self.options)
-        self.env = KernelEnv(settings_of(self.options), sandbox, model={"backend": "verl", "model": self.model})
+        # the policy's context is verl's prompt plus response: a small one gets the guide without its playbook,
+        # as `optimize --backend hf` gives a small checkpoint (kernelsmith.agent.env.system_prompt)
+        window = int(self.loop.rollout_config.prompt_length) + self.loop.response_length
+        self.env = KernelEnv(settings_of(self.options), sandbox, model={"backend": "verl", "model": self.model},
+                             window=window)
         await self.loop.blocking(self.env.reset, self.workdir, None, "kernelsmith train verl")
         self.opened = True
         env = self.env
