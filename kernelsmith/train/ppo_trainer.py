@@ -15,6 +15,7 @@ accumulated, so a step's size is bounded by rollouts, not by memory."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -33,6 +34,7 @@ from kernelsmith.train import plots, ppo, value
 class PpoConfig:
     steps: int = 10
     sessions: int = 4  # rollouts per task per step
+    tasks_per_step: int = 0  # tasks a step rolls out on (verl's train_batch_size); 0: all of them
     epochs: int = 1  # PPO epochs over each step's batch
     lr: float = 1e-6
     critic_lr: float = 1e-5
@@ -187,6 +189,21 @@ def _save_state(plan: PpoPlan, step: int) -> None:
     (plan.out / "state.json").write_text(json.dumps({"step": step, "config": asdict(plan.config)}, indent=1) + "\n")
 
 
+def step_tasks(tasks: list[Path], per_step: int, step: int, seed: int) -> list[Path]:
+    """Step `step`'s tasks: the next `per_step` of a stream of seeded shuffles of `tasks`, one epoch after
+    another (verl's dataloader draws train_batch_size prompts a step so), the same again on --resume; all of
+    them when per_step is 0 or covers them."""
+    if not per_step or per_step >= len(tasks):
+        return list(tasks)
+    first = step * per_step
+    epoch, offset = divmod(first, len(tasks))
+    stream: list[Path] = []
+    while len(stream) < offset + per_step:
+        stream += random.Random(f"{seed}:{epoch}").sample(list(tasks), len(tasks))
+        epoch += 1
+    return stream[offset:offset + per_step]
+
+
 def rollouts(plan: PpoPlan, step: int, sandbox, on_row=None) -> tuple[list[dict], dict]:
     """The step's sessions by the current policy, exported; and the environment's numbers."""
     import dataclasses
@@ -196,7 +213,8 @@ def rollouts(plan: PpoPlan, step: int, sandbox, on_row=None) -> tuple[list[dict]
     folder, policy = plan.out / "rollouts" / f"step-{step}", plan.out / "policy"
     settings = dataclasses.replace(plan.settings, backend="hf", model=str(policy))
     began = time.perf_counter()
-    rows = sessions.play(settings, plan.tasks, plan.config.sessions, plan.workers, folder, sandbox, on_row)
+    batch = step_tasks(plan.tasks, plan.config.tasks_per_step, step, plan.config.seed)
+    rows = sessions.play(settings, batch, plan.config.sessions, plan.workers, folder, sandbox, on_row)
     wall = time.perf_counter() - began
     sessions.export(folder, policy, folder / "trajectories.jsonl")
     lines = value.read_trajectories(folder / "trajectories.jsonl")
