@@ -472,8 +472,39 @@ def column_welford_case() -> Case:
     return Case(group, _values(x, mean, var, e1, rstd), ref, tags={"welford"})
 
 
+def long_column_batch_norm_case() -> Case:
+    """BatchNorm1d in training over a [4500, 70] GEMM output, weighted: the statistics a welford down 70 long
+    columns, split across blocks (70 columns leave the last block of 32 partly idle; 4500 rows in 17 chunks, the
+    last one short), and the normalisation the second pass over each block's chunk."""
+    rows, cols = 4500, 70
+    x, w, y = _v("x", (rows, cols)), _v("w", (1, cols)), _v("y", (rows, cols))
+    mean, var, e1, rstd = _v("mean", (1, cols)), _v("var", (1, cols)), _v("e1", (1, cols)), _v("rstd", (1, cols))
+    c, y1 = _v("c", (rows, cols)), _v("y1", (rows, cols))
+    group = ReductionGroup("k32_long_column_bn", [x, w], [y, mean], in_shape=(rows, cols), dims=(0,), keepdim=True,
+                           reduce="welford", operand="x", result="mean", result_shape=(1, cols), variance="var",
+                           attrs={"correction": 0.0},
+                           epilogue=[Op("add", ["var", 1e-5], "e1", {"alpha": 1.0}), Op("rsqrt", ["e1"], "rstd")],
+                           broadcast_epilogue=[Op("sub", ["x", "mean"], "c", {"alpha": 1.0}),
+                                               Op("mul", ["c", "rstd"], "y1"), Op("mul", ["y1", "w"], "y")])
+
+    def ref(torch, t):
+        var, mean = torch.var_mean(t["x"], 0, correction=0, keepdim=True)
+        return [(t["x"] - mean) * torch.rsqrt(var + 1e-5) * t["w"], mean]
+    return Case(group, _values(x, w, mean, var, e1, rstd, c, y1, y), ref, tags={"split", "welford"})
+
+
+def long_column_sum_case() -> Case:
+    """sum over dim 1 of [3, 5000, 40] (3 x 40 columns of 5000) plus c at the reduced shape, split across blocks
+    with no second pass."""
+    x, c, s, e = _v("x", (3, 5000, 40)), _v("c", (40,)), _v("s", (3, 40)), _v("e", (3, 40))
+    group = ReductionGroup("k33_long_colsum", [x, c], [e], in_shape=(3, 5000, 40), dims=(1,), reduce="sum",
+                           operand="x", result="s", result_shape=(3, 40), epilogue=[Op("add", ["s", "c"], "e")])
+    return Case(group, _values(x, c, s, e), lambda torch, t: [t["x"].sum(1) + t["c"]], atol=1e-3, tags={"split"})
+
+
 CASES.update({f.__name__.removesuffix("_case"): f for f in (welford_layer_norm_case, long_row_welford_case,
-                                                           column_welford_case)})
+                                                           column_welford_case, long_column_batch_norm_case,
+                                                           long_column_sum_case)})
 
 
 # --- tests ---------------------------------------------------------------------------------
@@ -688,8 +719,27 @@ def test_few_long_rows_are_split_across_blocks_with_a_whole_row_fallback():
     # 76800 elements in 18 chunks of at least 4096, and the division runs in every chunk's block
     assert "kChunks = 18LL, kChunk = 4267LL, kFinishChunks = 18LL" in source
     default = source[source.index("    default:"):source.index("break;", source.index("    default:"))]
-    assert "k23_frobenius_split_partial<256>" in default and "k23_frobenius_split_finish<256>" in default
+    assert "k23_frobenius_split_partial<256, 1, true>" in default and "k23_frobenius_split_finish<256, 1, true>" in default
     assert "if (lane == 0 && chunk == 0)" in source  # the norm is written once, not once per chunk
+
+
+def test_few_long_columns_are_split_across_blocks_with_the_whole_column_variants_kept():
+    made = cuda.generate(long_column_batch_norm_case().group, long_column_batch_norm_case().values)
+    assert made.variants[:2] == ["columns split across blocks, 8 threads per column's chunk, 32 columns per block",
+                                 "columns split across blocks, 16 threads per column's chunk, 32 columns per block"]
+    assert made.variants[2] == "8 threads per reduced value, 32 values per block" and len(made.variants) == 7
+    source = made.files["k32_long_column_bn.cu"]
+    # 70 columns in 3 blocks' worth; 4500 rows in chunks of at least 256: 17 of 265, each normalised where it lies
+    assert "kChunks = 17LL, kChunk = 265LL, kFinishChunks = 17LL" in source
+    default = source[source.index("    default:"):source.index("break;", source.index("    default:"))]
+    assert "k32_long_column_bn_split_partial<8, 32, false><<<(unsigned)(((kSlots + 31) / 32) * kChunks), 256" in default
+    assert "if (lane == 0 && chunk == 0)" in source  # the mean is written once, not once per chunk
+
+
+def test_many_or_short_columns_keep_one_team_per_column():
+    for case in (column_welford_case(), column_sum_case(), argmax_case()):
+        made = cuda.generate(case.group, case.values)
+        assert not any("split" in v for v in made.variants), case.group.name
 
 
 def test_a_split_without_a_second_pass_finishes_in_one_block_per_row():

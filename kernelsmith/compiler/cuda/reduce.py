@@ -39,9 +39,12 @@ ELEMENT = {"softmax": "(expf({x} - acc.m) / acc.s)", "log_softmax": "({x} - acc.
 
 @dataclass(frozen=True)
 class Split:
-    """A launch variant for few long rows: TEAM threads per chunk, in two kernels (text/split_kernels.cuh)."""
+    """A launch variant for few long lines, in two kernels (text/split_kernels.cuh): TEAM threads per
+    line's chunk, SLOTS lines a block; rows (consecutive threads) or columns (teams SLOTS apart)."""
 
     team: int
+    slots: int = 1
+    rows: bool = True
 
 
 SPLIT_VARIANTS = [Split(256), Split(512)]
@@ -49,6 +52,13 @@ SPLIT_MAX_LINES = 64  # rows of at most this many ...
 SPLIT_MIN_SIZE = 65536  # ... and at least this long are split
 SPLIT_BLOCKS = 2048  # blocks per pass: many per SM, so loads overlap
 SPLIT_MIN_CHUNK = 4096
+# Few long columns (BatchNorm's statistics over a [16384, 4096] GEMM output: 4,096 columns of 16,384): one
+# block per 32 columns is 128 blocks of 256 threads, 8 warps on each of an H200's 132 SMs, too few loads in
+# flight to read at its bandwidth. Split, the same columns' chunks go to SPLIT_BLOCKS blocks.
+COLUMN_SPLIT_VARIANTS = [Split(8, 32, False), Split(16, 32, False)]
+COLUMN_SPLIT_MAX_LINES = 8192  # columns of at most this many ...
+COLUMN_SPLIT_MIN_SIZE = 4096  # ... and at least this long are split
+COLUMN_SPLIT_MIN_CHUNK = 256
 
 # (TEAM, SLOTS, ROWS): threads per reduced value, reduced values per block, team layout
 ROW_VARIANTS = [(256, 1, True), (128, 1, True), (512, 1, True), (32, 8, True), (1, 256, False)]
@@ -210,30 +220,42 @@ def _needed(op_list, wanted: set[str]) -> list:
     return kept[::-1]
 
 
-# --- few long rows, split across blocks ----------------------------------------------------
+# --- few long lines, split across blocks ---------------------------------------------------
 
 def _split_kernels(parts: ReductionParts, params: list[Param]) -> str:
     """text/split_kernels.cuh for this group: pass 1 folds chunks, pass 2 merges, finishes, second pass."""
     group = parts.group
-    chunks = _split_chunks(group)
+    chunks = _split_chunks(group, _split_slots(group))
     chunk = -(-group.size // chunks)
     finish, reduced_names = _finish(parts, writer="lane == 0 && chunk == 0")
     second = _second_pass(parts, reduced_names, ranged=True)
     return template("split_kernels.cuh").substitute(
         name=group.name, params=signature(params, True), outer=group.outer, size=group.size, inner=group.inner,
         chunks=chunks, chunk=chunk, finish_chunks=chunks if second else 1,
-        first="\n".join(indent(_first_pass(parts, ranged=True))), finish="\n".join(indent(finish + second)))
+        first="\n".join(indent(_first_pass(parts, ranged=True), 4)), finish="\n".join(indent(finish + second, 4)))
 
 
-def _split_chunks(group: ReductionGroup) -> int:
-    """Chunks per line: about SPLIT_BLOCKS blocks in all, none shorter than SPLIT_MIN_CHUNK."""
-    lines = group.outer * group.inner
-    return max(1, min(-(-SPLIT_BLOCKS // lines), group.size // SPLIT_MIN_CHUNK))
+def _split_chunks(group: ReductionGroup, slots: int) -> int:
+    """Chunks per line: about SPLIT_BLOCKS blocks of `slots` lines in all, none shorter than the minimum chunk."""
+    blocks_per_chunk = -(-group.outer * group.inner // slots)
+    shortest = SPLIT_MIN_CHUNK if group.inner == 1 else COLUMN_SPLIT_MIN_CHUNK
+    return max(1, min(-(-SPLIT_BLOCKS // blocks_per_chunk), group.size // shortest))
+
+
+def _split_slots(group: ReductionGroup) -> int:
+    """The lines a split block takes (one file's split variants share their chunks)."""
+    return 1 if group.inner == 1 else COLUMN_SPLIT_VARIANTS[0].slots
 
 
 def _splits(group: ReductionGroup) -> bool:
     """Few long rows: one block per row would leave most of the GPU idle."""
     return group.inner == 1 and 1 <= group.outer <= SPLIT_MAX_LINES and group.size >= SPLIT_MIN_SIZE
+
+
+def _splits_columns(group: ReductionGroup) -> bool:
+    """Few long columns: a block per 32 of them would leave most of the GPU idle."""
+    return (group.inner > 1 and group.outer * group.inner <= COLUMN_SPLIT_MAX_LINES
+            and group.size >= COLUMN_SPLIT_MIN_SIZE)
 
 
 # --- launch variants -----------------------------------------------------------------------
@@ -248,12 +270,16 @@ def _variants(group: ReductionGroup) -> list:
         warp_first = group.size <= 1024
         return [ROW_VARIANTS[3]] + ROW_VARIANTS[:3] + ROW_VARIANTS[4:] if warp_first else ROW_VARIANTS
     few_columns = group.outer * group.inner < 16384
-    return [COLUMN_VARIANTS[2]] + COLUMN_VARIANTS[:2] + COLUMN_VARIANTS[3:] if few_columns else COLUMN_VARIANTS
+    columns = [COLUMN_VARIANTS[2]] + COLUMN_VARIANTS[:2] + COLUMN_VARIANTS[3:] if few_columns else COLUMN_VARIANTS
+    return COLUMN_SPLIT_VARIANTS + columns if _splits_columns(group) else columns
 
 
 def _describe(variant) -> str:
-    if isinstance(variant, Split):
+    if isinstance(variant, Split) and variant.rows:
         return f"rows split across blocks, {variant.team} threads per chunk"
+    if isinstance(variant, Split):
+        return (f"columns split across blocks, {variant.team} threads per column's chunk, "
+                f"{variant.slots} columns per block")
     team, slots, rows = variant
     if rows:
         return f"{team} threads per row" if slots == 1 else f"a warp per row, {slots} rows per block"
@@ -264,11 +290,13 @@ def _launch(name: str, params: list[Param], variants: list) -> list[str]:
     args = call(params)
     cases = []
     for v in variants:
-        if isinstance(v, Split):  # two kernels, a block per chunk
-            cases.append([f"{name}_split_partial<{v.team}><<<(unsigned)(kSlots * kChunks), {v.team}, 0, stream>>>"
-                          f"({args});",
-                          f"{name}_split_finish<{v.team}><<<(unsigned)(kSlots * kFinishChunks), {v.team}, 0, "
-                          f"stream>>>({args});"])
+        if isinstance(v, Split):  # two kernels, a block per chunk of SLOTS lines
+            kernel = f"<{v.team}, {v.slots}, {'true' if v.rows else 'false'}>"
+            lines = f"((kSlots + {v.slots - 1}) / {v.slots})"
+            cases.append([f"{name}_split_partial{kernel}<<<(unsigned)({lines} * kChunks), {v.team * v.slots}, 0, "
+                          f"stream>>>({args});",
+                          f"{name}_split_finish{kernel}<<<(unsigned)({lines} * kFinishChunks), {v.team * v.slots}, "
+                          f"0, stream>>>({args});"])
         else:
             team, slots, rows = v
             cases.append([slot_launch(f"{name}_reduce<{team}, {slots}, {'true' if rows else 'false'}>", params,
