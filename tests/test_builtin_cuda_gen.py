@@ -753,3 +753,17 @@ def test_many_or_short_rows_keep_one_team_per_row():
         made = cuda.generate(case.group, case.values)
         assert not any("split" in v for v in made.variants)
         assert "_split_partial" not in "".join(made.files.values())
+
+
+def test_broadcast_reads_and_window_indices_decode_in_32_bits_where_the_space_fits():
+    """A bias [C, 1, 1] read in [N, C, H, W] divides the flat index once per dim on every element: below 2^32
+    elements those are 32-bit unsigned divisions by constants (a multiply-high and a shift), above it 64-bit."""
+    from kernelsmith.compiler.cstyle.access import access_for
+    from kernelsmith.compiler.cstyle.window import decode
+
+    small = access_for((16, 1, 1), True, (8, 16, 32, 32)).offset_expr("flat", "s")
+    assert small == "((((((unsigned)flat) / 32u) / 32u) % 16u) * s[1])"
+    large = access_for((16, 1, 1), True, (4097, 16, 256, 256)).offset_expr("flat", "s")  # past 2^32 elements
+    assert large == "((((flat / 256LL) / 256LL) % 16LL) * s[1])" and "unsigned" not in large
+    assert decode("flat", (64, 192, 1, 65523))[0] == "const unsigned ks_flat = (unsigned)flat;"
+    assert "flat % 655230LL" in decode("flat", (64, 192, 1, 655230))[0]  # 8.05e9 outputs: 64 bits

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from math import prod
 
 MAX_RANK = 8
+# A flat index below this many elements is turned into a multi-index in 32-bit unsigned arithmetic: a division
+# by a constant is then a multiply-high and a shift, where a 64-bit one is a multi-word sequence several times
+# longer, and a broadcast read (a conv bias [C, 1, 1] in [N, C, H, W]) pays one per dim on every element.
+NARROW_LIMIT = 2 ** 32
 
 
 def broadcastable(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
@@ -32,21 +36,23 @@ class Access:
     value_shape: tuple[int, ...] = ()  # the input's shape, left-padded with 1s to the space's rank
 
     def offset_expr(self, flat: str, strides: str) -> str:
-        """C expression of the element offset at flat index `flat` (an int64 expression).
+        """C expression of the element offset at flat index `flat` (an int64 expression below the
+        space's element count).
         `strides` names the int64 array holding this input's expanded strides (strided only)."""
         if self.mode == "dense":
             return flat
         if self.mode == "scalar":
             return "0"
-        terms, rest = [], flat
+        narrow = prod(self.shape) <= NARROW_LIMIT  # every flat index of the space fits 32 bits unsigned
+        terms, rest, suffix = [], f"((unsigned){flat})" if narrow else flat, "u" if narrow else "LL"
         for dim in reversed(range(len(self.shape))):
             size = self.shape[dim]
             if self.value_shape and self.value_shape[dim] == 1 and size > 1:
-                rest = f"({rest} / {size}LL)"  # broadcast along this dim: stride 0, no term
+                rest = f"({rest} / {size}{suffix})"  # broadcast along this dim: stride 0, no term
                 continue
-            index = f"({rest} % {size}LL)" if dim > 0 else rest
-            terms.append(f"{index} * {strides}[{dim}]")
-            rest = f"({rest} / {size}LL)"
+            index = f"({rest} % {size}{suffix})" if dim > 0 else rest
+            terms.append(f"{index} * {strides}[{dim}]")  # the int64 stride widens the product
+            rest = f"({rest} / {size}{suffix})"
         return "(" + " + ".join(reversed(terms)) + ")" if terms else "0"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import prod
 
+from kernelsmith.compiler.cstyle.access import NARROW_LIMIT
 from kernelsmith.compiler.ir import CatGroup, PoolGroup
 
 
@@ -17,13 +18,22 @@ def three(values, fill: int) -> tuple[int, ...]:
     return (fill,) * (3 - len(values)) + values
 
 
+def narrowed(flat: str, numel: int) -> tuple[list[str], str, str]:
+    """(a line, the index, the constants' suffix) that decode flat indices below `numel` in 32-bit unsigned
+    arithmetic where they fit (access.NARROW_LIMIT), else as they are, in 64 bits."""
+    if numel <= NARROW_LIMIT:
+        return [f"const unsigned ks_flat = (unsigned){flat};"], "ks_flat", "u"
+    return [], flat, "LL"
+
+
 def decode(flat: str, out_shape: tuple[int, ...]) -> list[str]:
     """`n, c, o0, o1, o2` of the output element at `flat` ([N, C, *spatial], contiguous)."""
     out = three(out_shape[2:], 1)
     channels = out_shape[1]
-    return [f"const int64_t o2 = {flat} % {out[2]}, o1 = {flat} / {out[2]} % {out[1]}, "
-            f"o0 = {flat} / {out[2] * out[1]} % {out[0]};",
-            f"const int64_t c = {flat} / {prod(out)} % {channels}, n = {flat} / {prod(out) * channels};"]
+    first, f, u = narrowed(flat, prod(out_shape))
+    return first + [f"const int64_t o2 = {f} % {out[2]}{u}, o1 = {f} / {out[2]}{u} % {out[1]}{u}, "
+                    f"o0 = {f} / {out[2] * out[1]}{u} % {out[0]}{u};",
+                    f"const int64_t c = {f} / {prod(out)}{u} % {channels}{u}, n = {f} / {prod(out) * channels}{u};"]
 
 
 def pool_lines(group: PoolGroup, load: str) -> list[str]:
@@ -72,8 +82,9 @@ def cat_lines(group: CatGroup, read: Callable[[str, str], str]) -> list[str]:
     viewed as [outer, total, inner], the part that holds position j along dim read at
     (outer, j - start, inner). `read(part, offset)` formats one load."""
     inner, total = prod(group.out_shape[group.dim + 1:]), group.out_shape[group.dim]
-    lines = [f"const int64_t cat_inner = flat % {inner}LL, cat_j = flat / {inner}LL % {total}LL, "
-             f"cat_outer = flat / {inner * total}LL;", f"float v_{group.result};"]
+    first, f, u = narrowed("flat", prod(group.out_shape))
+    lines = first + [f"const int64_t cat_inner = {f} % {inner}{u}, cat_j = {f} / {inner}{u} % {total}{u}, "
+                     f"cat_outer = {f} / {inner * total}{u};", f"float v_{group.result};"]
     start = 0
     for i, (part, size) in enumerate(zip(group.parts, group.sizes)):
         offset = f"(cat_outer * {size}LL + cat_j - {start}LL) * {inner}LL + cat_inner"
