@@ -82,6 +82,38 @@ class SharedScale(nn.Module):
         y = x * 0.5
         return torch.bmm(y, x.transpose(1, 2)) + y.sum()
 
+class GemmSum(nn.Module):
+    # level2/14's pattern: the sum over the features of (x W^T + b) / 2, scaled, is a GEMM against the summed
+    # weight and bias (passes/gemm_reduce.py): [M, K] @ [K, 1]
+    def __init__(self, k, n):
+        super().__init__()
+        self.lin = nn.Linear(k, n)
+    def forward(self, x):
+        return torch.sum(self.lin(x) / 2.0, dim=1, keepdim=True) * 1.5
+
+class MatmulMean(nn.Module):
+    # the mean over the last dim of x W^T, the dim dropped
+    def __init__(self, k, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(n, k) / k ** 0.5)
+    def forward(self, x):
+        return (x @ self.w.t()).mean(-1)
+
+class GemmSumShared(nn.Module):
+    # the product is read by the sum and by the add: it stays a GEMM of every output feature
+    def __init__(self, k, n):
+        super().__init__()
+        self.lin = nn.Linear(k, n)
+    def forward(self, x):
+        y = self.lin(x)
+        return y + y.sum(1, keepdim=True)
+
+class ColumnNorm(nn.Module):
+    # the root mean square down each of 100 columns, plus 1: a reduction with a prologue down many columns,
+    # blocks of 64 of them accumulated together on the CPU (the last block 36 wide)
+    def forward(self, x):
+        return torch.sqrt((x * x).mean(0)) + 1.0
+
 class Heads(nn.Module):
     # nn.MultiheadAttention: the head split's q, k^T and v are strided batches read in place
     def __init__(self, dim, heads):
@@ -102,7 +134,14 @@ CASES = {  # module, input shape, dense copies left for GEMM operands
     "masked_attention": ("MaskedAttention()", (2, 3, 8, 8), 0),
     "divided_operand": ("DividedOperand()", (3, 6, 5), 0),
     "shared_scale": ("SharedScale()", (3, 6, 5), 0),
+    "gemm_sum": ("GemmSum(6, 9)", (5, 6), 0),
+    "matmul_mean": ("MatmulMean(6, 9)", (5, 6), 0),
+    "gemm_sum_shared": ("GemmSumShared(6, 9)", (5, 6), 0),
+    "wide_matmul_mean": ("MatmulMean(70, 9)", (5, 70), 0),
+    "column_norm": ("ColumnNorm()", (33, 100), 0),
 }
+# their GEMMs read a dense operand and the summed weight, or nn.Linear's weight through trans_b: no copy to save
+NOT_STRIDED = ("gemm_sum", "matmul_mean", "gemm_sum_shared", "wide_matmul_mean", "column_norm")
 NAMESPACE = {"torch": torch, "nn": torch.nn}
 exec(MODULES, NAMESPACE)  # the same classes the task files define, for the reference
 
@@ -161,10 +200,11 @@ def test_matrix_layouts_of_transposed_strided_and_expanded_views():
 
 def test_strided_operands_feed_the_gemm_with_no_copy_kernel(tmp_path, monkeypatch):
     """Fewer kernels and fewer bytes than the same plans with every strided operand copied dense."""
-    plans = {name: plan_of(tmp_path, name).plan for name in CASES}
+    cases = {name: case for name, case in CASES.items() if name not in NOT_STRIDED}
+    plans = {name: plan_of(tmp_path, name).plan for name in cases}
     monkeypatch.setattr(layout, "matrix_layout", lambda shape, strides: None)
-    copied = {name: plan_of(tmp_path / "copied", name).plan for name in CASES}
-    for name, (_, _, copies_left) in CASES.items():
+    copied = {name: plan_of(tmp_path / "copied", name).plan for name in cases}
+    for name, (_, _, copies_left) in cases.items():
         plan, before = plans[name], copied[name]
         assert len(dense_copies(plan)) == copies_left, name
         assert len(plan.groups()) == len(before.groups()) - len(dense_copies(before)) + copies_left, name
@@ -199,6 +239,19 @@ def test_a_scale_moves_into_alpha_only_where_nothing_else_reads_it(tmp_path):
     assert divided.alpha == 0.25 and divided.b_layout.transposed
     shared = plan_of(tmp_path, "shared_scale").plan.groups()
     assert [g.kind for g in shared][:2] == ["pointwise", "gemm"] and shared[1].alpha == 1.0
+
+
+def test_a_sum_over_a_gemms_features_is_a_gemm_against_the_summed_weight(tmp_path):
+    """(x W^T + b).sum(1) = x (W^T 1) + b.sum(): the GEMM has one output column, the weight's and bias's sums
+    are kernels of their own (run on every call, so new weights give new sums); not where another op reads the
+    product. Every CPU variant is checked against torch in test_every_cpu_variant_matches_torch."""
+    for name in ("gemm_sum", "matmul_mean"):
+        groups = plan_of(tmp_path, name).plan.groups()
+        (gemm,) = [g for g in groups if isinstance(g, GemmGroup)]
+        assert (gemm.m, gemm.k, gemm.n) == (5, 6, 1), name
+        assert sum(g.kind == "reduction" for g in groups) == (2 if name == "gemm_sum" else 1), name
+    (shared,) = [g for g in plan_of(tmp_path, "gemm_sum_shared").plan.groups() if isinstance(g, GemmGroup)]
+    assert shared.n == 9
 
 
 def test_cuda_bindings_check_the_strides_cublas_reads(tmp_path):
