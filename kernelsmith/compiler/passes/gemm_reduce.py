@@ -41,7 +41,9 @@ def fold(graph: Graph) -> Graph:
 def _match(node: Node, nodes: dict[str, Node], consumers: dict, values: dict) -> tuple[Node, list[Node]] | None:
     """(the GEMM, the scalings between it and the reduction, GEMM side first) when `node` is a reduction
     over the last dim of a 2-d GEMM's product that only it reads, else None."""
-    if node.target not in REDUCTIONS or node.kwargs or list(node.args[1]) not in ([1], [-1]):
+    if node.target not in REDUCTIONS or node.kwargs or len(node.args) < 2 or not isinstance(node.args[1], list):
+        return None
+    if node.args[1] not in ([1], [-1]):  # over the features only (a sum over all dims has dims None)
         return None
     chain, name, reader = [], node.args[0], node.name
     while name in nodes and consumers.get(name) == [reader] and _factor(nodes[name]) is not None:
