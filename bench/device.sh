@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm|synth|synth-bench
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|gemm-reduce|probe-throw|probe-gemm|synth|synth-bench
 # Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -65,6 +65,12 @@ case "$STEP" in
   builtin-gpu-tests)  # the CUDA generator's kernels built and compared with torch, every variant
     timeout 560 python3 -m pytest tests/gpu/test_builtin_cuda_gpu.py -q -rA -p no:cacheprovider 2>&1 \
       | tee "$OUT/builtin_gpu_tests.log" | tail -25 ;;
+  gemm-reduce)  # issue 20: the built-in policy on a sum over a GEMM's features (passes/gemm_reduce.py), level2/14's
+                # pattern and a Linear's mean, against eager and the better torch.compile mode; 3 turns each
+    B=/tmp/ks-gemm-reduce; rm -rf $B
+    timeout ${LIMIT:-540} python3 -m kernelsmith.cli bench bench/tasks/cuda --backend builtin --max-turns 3 \
+      --workers 1 --out $B 2>&1 | grep -v Warning | tail -30
+    mkdir -p "$OUT/gemm_reduce"; cp $B/rows.jsonl $B/results.md "$OUT/gemm_reduce/" 2>/dev/null ;;
   builtin-bench)  # the built-in policy over the dev tasks it generates, level 2 first; 3 turns each (plan and
                   # compile, profile the default variants, finish). More calls: pass the last rows.jsonl to resume.
                   # The workdirs stay on the machine: rows, lint, baselines and the events of every session come back.
@@ -247,6 +253,6 @@ case "$STEP" in
       trl gguf 2>&1 | tail -3
     python3 -c "import trl, gguf, datasets; print('trl', trl.__version__, 'datasets', datasets.__version__)" || exit 1
     OUT="$OUT" LIMIT=${LIMIT:-560} bash bench/train_smollm2.sh ;;
-  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|iteration-speed|eval-phases|handoff|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|probe-throw|probe-gemm" >&2
+  *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|iteration-speed|eval-phases|handoff|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|gemm-reduce|probe-throw|probe-gemm" >&2
      exit 2 ;;
 esac
