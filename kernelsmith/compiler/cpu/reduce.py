@@ -40,7 +40,7 @@ MIN_BLOCKED_COLUMNS = 16
 
 def reduction(group: ReductionGroup) -> str:
     element = _element(group)
-    if _column_blocked(group, element):
+    if _column_blocked(group):
         return variants(group, _column_block_loop(group, element))
     first = _row_prologue(group, element)
     lines = _line_bases(group) + [f"    {line}" for line in _init(group.reduce)] + _accumulation(group, first)
@@ -215,10 +215,15 @@ def _finish_reduced(group: ReductionGroup) -> tuple[list[str], dict[str, str]]:
     reduced_inputs = [v.name for v in group.inputs if v.name in used and broadcasts(v, group.result_shape)]
     lines += loads(group, group.result_shape, "row", names, only=reduced_inputs)
     lines += body_lines(group.epilogue, names)
-    group_reduced = set(group.results()) | {op.out for op in group.epilogue}
+    group_reduced = _reduced_values(group)
     lines += ["    " + store(o, f"out{j}[row]", names[o.name]) for j, o in enumerate(group.outputs)
               if o.name in group_reduced]
     return lines, {k: v for k, v in names.items() if k in group_reduced}
+
+
+def _reduced_values(group: ReductionGroup) -> set[str]:
+    """The values a (non-full-shape) reduction computes at the reduced shape: its results and their epilogue's."""
+    return set(group.results()) | {op.out for op in group.epilogue}
 
 
 def _finals(group: ReductionGroup) -> list[tuple[str, str, str]]:
@@ -252,13 +257,14 @@ def _second_pass(group: ReductionGroup, element: str, reduced_names: dict[str, s
     return _line_loop(group, lines, "" if _simd_row(group) else None)  # simd: contiguous stores, no chain
 
 
-def _column_blocked(group: ReductionGroup, element: str) -> bool:
-    """An elementwise-combined reduction of float32 inputs down many columns, with no pass after it."""
+def _column_blocked(group: ReductionGroup) -> bool:
+    """An elementwise-combined reduction of float32 inputs down many columns, every output at the reduced
+    shape (no pass after it)."""
     if group.inner < MIN_BLOCKED_COLUMNS or group.reduce not in SIMD_REDUCTIONS:
         return False
     if not all(v.dtype == "float32" for v in group.inputs):
         return False
-    return not _second_pass(group, element, _finish_reduced(group)[1])
+    return all(o.name in _reduced_values(group) for o in group.outputs)
 
 
 def _column_block_loop(group: ReductionGroup, element: str):

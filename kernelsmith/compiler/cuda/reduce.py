@@ -90,8 +90,9 @@ def reduction(group: ReductionGroup) -> Generated:
         name=group.name, params=signature(params, True), outer=group.outer, size=group.size, inner=group.inner,
         body="\n".join(indent(_body(parts), 4)))
     kernels = [line_constants(group), ACCUMULATORS[group.reduce], fixed("team_reduce.cuh"), kernel]
-    if any(isinstance(v, Split) for v in variants):
-        kernels.append(_split_kernels(parts, params))
+    splits = [v for v in variants if isinstance(v, Split)]
+    if splits:  # one file's split variants share their chunks: sized for the lines a block of theirs takes
+        kernels.append(_split_kernels(parts, params, splits[0].slots))
     launch = _launch(group.name, params, variants)
     source = cu_file(group, f"{group.reduce} of {list(group.in_shape)} over dims {list(group.dims)}", kernels,
                      launcher(group.name, params, len(variants), launch))
@@ -222,10 +223,10 @@ def _needed(op_list, wanted: set[str]) -> list:
 
 # --- few long lines, split across blocks ---------------------------------------------------
 
-def _split_kernels(parts: ReductionParts, params: list[Param]) -> str:
+def _split_kernels(parts: ReductionParts, params: list[Param], slots: int) -> str:
     """text/split_kernels.cuh for this group: pass 1 folds chunks, pass 2 merges, finishes, second pass."""
     group = parts.group
-    chunks = _split_chunks(group, _split_slots(group))
+    chunks = _split_chunks(group, slots)
     chunk = -(-group.size // chunks)
     finish, reduced_names = _finish(parts, writer="lane == 0 && chunk == 0")
     second = _second_pass(parts, reduced_names, ranged=True)
@@ -240,11 +241,6 @@ def _split_chunks(group: ReductionGroup, slots: int) -> int:
     blocks_per_chunk = -(-group.outer * group.inner // slots)
     shortest = SPLIT_MIN_CHUNK if group.inner == 1 else COLUMN_SPLIT_MIN_CHUNK
     return max(1, min(-(-SPLIT_BLOCKS // blocks_per_chunk), group.size // shortest))
-
-
-def _split_slots(group: ReductionGroup) -> int:
-    """The lines a split block takes (one file's split variants share their chunks)."""
-    return 1 if group.inner == 1 else COLUMN_SPLIT_VARIANTS[0].slots
 
 
 def _splits(group: ReductionGroup) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from kernelsmith.compiler.graph import Graph, Node, consumers_of
 from kernelsmith.compiler.lowering import base
-from kernelsmith.compiler.passes.gemm_scale import _factor
+from kernelsmith.compiler.passes.gemm_scale import scale_factor
 
 REDUCTIONS = {"sum.dim_IntList", "mean.dim"}
 
@@ -46,7 +46,7 @@ def _match(node: Node, nodes: dict[str, Node], consumers: dict, values: dict) ->
     if node.args[1] not in ([1], [-1]):  # over the features only (a sum over all dims has dims None)
         return None
     chain, name, reader = [], node.args[0], node.name
-    while name in nodes and consumers.get(name) == [reader] and _factor(nodes[name]) is not None:
+    while name in nodes and consumers.get(name) == [reader] and scale_factor(nodes[name]) is not None:
         chain.append(nodes[name])
         reader, name = name, next(a for a in nodes[name].args if isinstance(a, str))
     gemm = nodes.get(name)

@@ -61,7 +61,7 @@ def _fold_operand(nodes: dict[str, Node], consumers: dict, values: dict[str, Val
 
 def _scaled(node: Node, nodes: dict[str, Node], values: dict[str, Value]) -> tuple[str, float] | None:
     """(x, s) when `node` is x * s, s * x or x / s for a number s and an x whose strides the views keep."""
-    factor = _factor(node)
+    factor = scale_factor(node)
     if factor is None:
         return None
     source = next(a for a in node.args if isinstance(a, str))
@@ -70,7 +70,7 @@ def _scaled(node: Node, nodes: dict[str, Node], values: dict[str, Value]) -> tup
     return (source, factor) if keeps_strides and values[source].dtype == node.dtype else None
 
 
-def _factor(node: Node) -> float | None:
+def scale_factor(node: Node) -> float | None:
     name, args = base(node.target), node.args
     numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
     if name not in ("mul", "div") or len(args) != 2 or len(numbers) != 1 or node.kwargs:
