@@ -108,6 +108,16 @@ class GemmSumShared(nn.Module):
         y = self.lin(x)
         return y + y.sum(1, keepdim=True)
 
+class GemmNotFolded(nn.Module):
+    # what the rewrite must leave alone, each on a product of its own: a sum over the batch (dim 0), a scaled
+    # product read twice, and 2 / y (exported as reciprocal(y) * 2: a scaling of something that is not the product)
+    def __init__(self, k, n):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(k, n), nn.Linear(k, n), nn.Linear(k, n)
+    def forward(self, x):
+        s = self.b(x) * 0.5
+        return self.a(x).sum(0) + (s.sum(1, keepdim=True) + s) + (2.0 / self.c(x)).sum(1, keepdim=True)
+
 class ColumnNorm(nn.Module):
     # the root mean square down each of 100 columns, plus 1: a reduction with a prologue down many columns,
     # blocks of 64 of them accumulated together on the CPU (the last block 36 wide)
@@ -138,10 +148,11 @@ CASES = {  # module, input shape, dense copies left for GEMM operands
     "matmul_mean": ("MatmulMean(6, 9)", (5, 6), 0),
     "gemm_sum_shared": ("GemmSumShared(6, 9)", (5, 6), 0),
     "wide_matmul_mean": ("MatmulMean(70, 9)", (5, 70), 0),
+    "gemm_not_folded": ("GemmNotFolded(6, 9)", (5, 6), 0),
     "column_norm": ("ColumnNorm()", (33, 100), 0),
 }
 # their GEMMs read a dense operand and the summed weight, or nn.Linear's weight through trans_b: no copy to save
-NOT_STRIDED = ("gemm_sum", "matmul_mean", "gemm_sum_shared", "wide_matmul_mean", "column_norm")
+NOT_STRIDED = ("gemm_sum", "matmul_mean", "gemm_sum_shared", "wide_matmul_mean", "gemm_not_folded", "column_norm")
 NAMESPACE = {"torch": torch, "nn": torch.nn}
 exec(MODULES, NAMESPACE)  # the same classes the task files define, for the reference
 
@@ -252,6 +263,8 @@ def test_a_sum_over_a_gemms_features_is_a_gemm_against_the_summed_weight(tmp_pat
         assert sum(g.kind == "reduction" for g in groups) == (2 if name == "gemm_sum" else 1), name
     (shared,) = [g for g in plan_of(tmp_path, "gemm_sum_shared").plan.groups() if isinstance(g, GemmGroup)]
     assert shared.n == 9
+    left = [g for g in plan_of(tmp_path, "gemm_not_folded").plan.groups() if isinstance(g, GemmGroup)]
+    assert sorted(g.n for g in left) == [9, 9, 9]  # the batch sum, the shared scaling, 2 / y: none of one column
 
 
 def test_cuda_bindings_check_the_strides_cublas_reads(tmp_path):
