@@ -158,9 +158,12 @@ def stores(group: Group, names: dict[str, str], flat: str, which: set[str]) -> l
 
 
 def _first_pass(parts: ReductionParts, ranged: bool = False) -> list[str]:
+    """Per element: the prologue as far as the accumulated operand and the values stored here need it (a
+    prologue op only the second pass reads is computed there), then the accumulation."""
     group, names = parts.group, {}
-    body = loads(parts.reads_in, "flat", names, used(group.prologue) | {group.operand})
-    body += ops.body_lines(group.prologue, names, "")
+    prologue = _needed(group.prologue, {group.operand} | ({o.name for o in group.outputs} & parts.first))
+    body = loads(parts.reads_in, "flat", names, used(prologue) | {group.operand})
+    body += ops.body_lines(prologue, names, "")
     body.append(f"acc.add({names[group.operand]}, r);")
     return _loop(body + stores(group, names, "flat", parts.first), ranged)
 
