@@ -135,3 +135,17 @@ def test_a_step_draws_its_tasks_epoch_by_epoch_and_the_same_again_on_resume():
     assert ppo_trainer.step_tasks(tasks, 3, 5, seed=0) == batches[5]  # a resume at step 5 draws the same
     assert ppo_trainer.step_tasks(tasks, 3, 0, seed=1) != batches[0]
     assert ppo_trainer.step_tasks(tasks, 0, 4, seed=0) == tasks == ppo_trainer.step_tasks(tasks, 9, 4, seed=0)
+
+
+@pytest.mark.parametrize("extra,message", [(["--steps", "0"], "--steps, --sessions and --micro-batch must be at least 1"),
+                                           (["--tasks-per-step", "-1"], "--tasks-per-step must be 0 (every task) or more")])
+def test_bad_numbers_are_one_line_and_exit_2(tmp_path, extra, message):
+    student = tiny_llama(build_tokenizer(tmp_path / "student", CHATML))
+    critics.from_causal_lm(student).save(tmp_path / "critic", base=str(student))
+    task = Path(__file__).parent / "data" / "triple_session" / "triple.py"
+    proc = subprocess.run([sys.executable, "-m", "kernelsmith.cli", "train", "ppo", "--tasks", str(task), "--policy",
+                           str(student), "--critic", str(tmp_path / "critic"), "--out", str(tmp_path / "ppo"),
+                           "--device", "cpu", *extra], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "ppo").exists()  # nothing started
