@@ -68,11 +68,20 @@ def warmup_lines(root: Path) -> list[str]:
     critic = jsonl(root / "critic" / "metrics.jsonl")
     if critic:
         lines.append(f"- value: {len(critic)} steps, value loss {critic[0]['value_loss']:.4f} -> "
-                     f"{critic[-1]['value_loss']:.4f}, explained variance {critic[-1]['explained_variance']:.3f}")
+                     f"{critic[-1]['value_loss']:.4f}, explained variance {critic[-1]['explained_variance']:.3f}"
+                     + _throughput(critic))
     gpu = (root / "gpu.csv").read_text().strip().splitlines() if (root / "gpu.csv").is_file() else []
     if gpu:
         lines.append(f"- GPU (nvidia-smi at the end of the last call): {gpu[-1]}")
     return lines
+
+
+def _throughput(steps: list[dict]) -> str:
+    """', N tokens/s' over the steps (tokens the critic read over the seconds its steps took), where logged."""
+    if not all(r.get("tokens") and r.get("tokens_per_s") for r in steps):
+        return ""
+    seconds = sum(r["tokens"] / r["tokens_per_s"] for r in steps)
+    return f", {sum(r['tokens'] for r in steps) / seconds:,.0f} tokens/s ({seconds:.0f} s)"
 
 
 def report(root: Path) -> str:

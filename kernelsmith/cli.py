@@ -656,10 +656,13 @@ def train_trajectories(
 
 @train_app.command("rft")
 def train_rft(
-        tasks: List[Path] = typer.Option(..., "--tasks", help="task files or folders (e.g. kernelsmith synth's DIR/tasks)"),
+        tasks: Optional[List[Path]] = typer.Option(None, "--tasks", help="task files or folders the teacher works "
+                                                   "on (e.g. kernelsmith synth's DIR/tasks)"),
         model: Path = typer.Option(..., "--model", help="the student: a local causal LM checkpoint with its tokenizer"),
         out: Path = typer.Option(..., "--out", "-o", help="the student's new checkpoint, with rollouts/, "
                                  "trajectories.jsonl, rft.json and metrics.jsonl"),
+        data: Optional[Path] = typer.Option(None, "--data", help="instead of --tasks: trajectories already exported "
+                                            "with the student's tokenizer (train trajectories, or an rft OUT's)"),
         teacher: str = typer.Option("builtin", "--teacher", help="builtin (no API key), anthropic, openai, scripted, "
                                     "or hf (the student samples itself)"),
         teacher_model: Optional[str] = typer.Option(None, "--teacher-model", help="the teacher backend's model"),
@@ -684,6 +687,8 @@ def train_rft(
         raise BadInput(f"unknown --teacher {teacher!r}", f"one of {', '.join(rft.TEACHERS)}")
     if samples < 1:
         raise BadInput(f"--samples must be at least 1, not {samples}")
+    if bool(tasks) == (data is not None):
+        raise BadInput("give --tasks (a teacher works on them) or --data (trajectories already exported), one of them")
     if not (model / "config.json").is_file():
         raise BadInput(f"no model checkpoint in {model}", "give a local folder with config.json, weights and a tokenizer")
     teacher_model = teacher_model or (str(model.resolve()) if teacher == "hf" else None)
@@ -691,8 +696,9 @@ def train_rft(
     flags = {"backend": teacher, "model": teacher_model, "base_url": base_url, "script": script, "device": device,
              "precision": precision, "max_turns": max_turns, "context_window": checkpoint_window(str(model))}
     settings = _with_device(load_bench_settings(flags))
-    plan = rft.RftPlan(bench_mod.task_files(tasks), settings, samples, model.resolve(), out.resolve(), workers,
-                       min_reward, rft.RftConfig(epochs=epochs, lr=lr, grad_accum=grad_accum, max_tokens=max_tokens))
+    plan = rft.RftPlan(bench_mod.task_files(tasks) if tasks else [], settings, samples, model.resolve(), out.resolve(),
+                       workers, min_reward, rft.RftConfig(epochs=epochs, lr=lr, grad_accum=grad_accum, max_tokens=max_tokens),
+                       data.resolve() if data else None)
     with contextlib.closing(_make_sandbox("local", settings.device, None)) as pool:
         summary = rft.run(plan, pool, on_row=_print_rollout, on_log=_print_training)
     _report_rft(summary)
@@ -761,7 +767,7 @@ def train_ppo(
         lr: float = typer.Option(1e-6, "--lr"), critic_lr: float = typer.Option(1e-5, "--critic-lr"),
         kl_coef: float = typer.Option(1e-3, "--kl-coef", help="the low-variance KL loss to the reference"),
         temperature: float = typer.Option(0.7, "--temperature", help="sampling temperature of the rollouts"),
-        micro_batch: int = typer.Option(2, "--micro-batch", help="trajectories per forward and backward "
+        micro_batch: int = typer.Option(1, "--micro-batch", help="trajectories per forward and backward "
                                         "(gradients accumulate over the step; lower it when memory runs out)"),
         resume: bool = typer.Option(False, "--resume", help="go on with the run in --out"),
         device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt) -> None:

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from kernelsmith.train import critic as critics  # noqa: E402
-from kernelsmith.train import ppo_trainer, value  # noqa: E402
+from kernelsmith.train import ppo, ppo_trainer, value  # noqa: E402
 from tinymodels import CHATML, CORPUS, build_tokenizer, tiny_llama  # noqa: E402
 
 WIN, LOSE = 7, 9
@@ -149,3 +149,20 @@ def test_bad_numbers_are_one_line_and_exit_2(tmp_path, extra, message):
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "ppo").exists()  # nothing started
+
+
+def test_the_log_probabilities_are_those_of_the_models_own_logits(tmp_path):
+    """token_log_probs runs the body and the LM head apart (the head in float32 under autocast); on the CPU, in
+    float32, it must give exactly what the model's own forward gives, padding and all."""
+    folder = tiny_llama(tmp_path / "policy", vocab_size=64)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    rng = random.Random(2)
+    rows = [synthetic(rng, win=True), synthetic(rng, win=False)]
+    rows[1] = {**rows[1], "input_ids": rows[1]["input_ids"][:-5], "loss_mask": rows[1]["loss_mask"][:-5]}
+    batch = value.batch_of(rows, 0, "cpu")
+    with torch.no_grad():
+        logp, entropy = ppo_trainer.token_log_probs(model, batch, 0.7)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    assert torch.allclose(logp[:, 1:], expected, atol=1e-6) and logp.shape == batch["input_ids"].shape
+    assert torch.allclose(entropy[:, 1:], ppo.entropy_from_logits(logits), atol=1e-6)

@@ -143,3 +143,35 @@ def test_training_mode_recomputes_activations_and_gives_the_same_gradients(tmp_p
         critic(ids, mask).square().sum().backward()
         grads.append(torch.cat([p.grad.flatten() for p in critic.body.parameters() if p.grad is not None]))
     assert grads[0].abs().max() > 0 and torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_micro_batches_accumulate_to_the_same_critic_as_the_whole_batch(tiny_model, tmp_path):
+    """A step's trajectories go through one at a time (no padding) by default; the accumulated update must be the
+    whole batch's: each micro-batch's loss is divided by the step's token count. Uneven lengths, so a per-micro-batch
+    mean (the mistake) would weigh short trajectories' tokens more and fail this."""
+    rng = random.Random(3)
+    rows = [trajectory(rng, win=i % 3 == 0) for i in range(8)]
+    for i in (1, 4):
+        rows[i] = {**rows[i], "input_ids": rows[i]["input_ids"][:-9], "loss_mask": rows[i]["loss_mask"][:-9]}
+    results = []
+    for size in (8, 1, 3):
+        cfg = value.ValueConfig(epochs=2, lr=3e-3, batch_size=8, micro_batch=size)
+        summary = value.train(rows, tiny_model, tmp_path / f"critic{size}", cfg)
+        critic = critics.load(tmp_path / f"critic{size}")
+        results.append((summary["last"], torch.nn.utils.parameters_to_vector(critic.parameters()).detach()))
+    (whole, weights), *split = results
+    assert weights.abs().max() > 0 and whole["value_loss"] > 0
+    for last, w in split:
+        assert torch.allclose(w, weights, atol=2e-6)
+        for key in ("value_loss", "value_clipfrac", "explained_variance", "values_mean", "returns_mean", "tokens"):
+            assert last[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-6), key
+
+
+def test_micro_batches_go_longest_first_and_one_trajectory_pads_nothing(data):
+    rows = value.read_trajectories(data)
+    rows[2] = {**rows[2], "input_ids": rows[2]["input_ids"] + [11] * 5, "loss_mask": rows[2]["loss_mask"] + [0] * 5}
+    ones = value.micro_batches(rows, 0, "cpu", 1)
+    assert len(ones) == len(rows) and all(bool(b["attention_mask"].all()) for b in ones)
+    assert ones[0]["input_ids"][0].tolist() == rows[2]["input_ids"]
+    widths = [b["input_ids"].shape[1] for b in value.micro_batches(rows, 0, "cpu", 3)]
+    assert widths == sorted(widths, reverse=True) and sum(len(b["final"]) for b in value.micro_batches(rows, 0, "cpu", 3)) == 8

@@ -28,7 +28,8 @@ class Critic(nn.Module):
         """Per token, the value of the state before it: [batch, seq] (position 0, which has no state
         before it, gets the value after it; it is never a policy token). verl's dp_critic shifts the same way."""
         hidden = self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        after = self.head(hidden.float()).squeeze(-1)
+        with torch.autocast(hidden.device.type, enabled=False):  # bfloat16 would round a value of 2 by 0.008
+            after = self.head(hidden.float()).squeeze(-1)
         return torch.cat([after[:, :1], after[:, :-1]], dim=1)
 
     def save(self, folder: Path, base: str) -> None:

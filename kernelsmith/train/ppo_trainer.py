@@ -46,7 +46,7 @@ class PpoConfig:
     lam: float = 0.95
     temperature: float = 0.7
     max_tokens: int = 32768
-    micro_batch: int = 2  # sequences per forward and backward; gradients accumulate over the step's batch
+    micro_batch: int = 1  # sequences per forward and backward (1 pads nothing); gradients accumulate over the step
     grad_clip: float = 1.0  # verl's actor.grad_clip and critic.grad_clip
     seed: int = 0
 
@@ -54,17 +54,25 @@ class PpoConfig:
 def token_log_probs(model, batch: dict[str, Tensor], temperature: float) -> tuple[Tensor, Tensor]:
     """(log-probability of each token given those before it, the entropy there): [batch, seq], 0 at position 0.
     Logits divided by the sampling temperature, as verl's actor computes them."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
-    logits = logits / temperature
+    logits = _logits(model, batch)[:, :-1] / temperature
     chosen = torch.log_softmax(logits, -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
     pad = torch.zeros_like(chosen[:, :1])
     return torch.cat([pad, chosen], 1), torch.cat([pad, ppo.entropy_from_logits(logits)], 1)
 
 
-def micro_batches(rows: list[dict], pad: int, device: str, size: int) -> list[dict[str, Tensor]]:
-    """The rows as padded batches of at most `size` sequences: one forward and backward each, so memory
-    holds one micro-batch's activations, not the step's (verl's ppo_micro_batch_size_per_gpu)."""
-    return [value.batch_of(rows[i:i + size], pad, device) for i in range(0, len(rows), size)]
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")  # what a model applies past its head
+
+
+def _logits(model, batch: dict[str, Tensor]) -> Tensor:
+    """float32 logits: the body under the caller's autocast, the LM head in float32. bfloat16 logits are rounded
+    by up to 0.06 near 30, and old and new log-probabilities rounded apart would put that noise in the PPO
+    ratio. A model that transforms its logits past the head runs whole (its logits as autocast leaves them)."""
+    ids, attention = batch["input_ids"], batch["attention_mask"]
+    if any(getattr(model.config, name, None) for name in LOGIT_TRANSFORMS) or model.get_output_embeddings() is None:
+        return model(input_ids=ids, attention_mask=attention).logits.float()
+    hidden = model.base_model(input_ids=ids, attention_mask=attention).last_hidden_state
+    with torch.autocast(hidden.device.type, enabled=False):
+        return model.get_output_embeddings()(hidden.float())
 
 
 def advantages(policy, reference, critic, batches: list[dict[str, Tensor]], cfg: PpoConfig) -> list[dict[str, Tensor]]:
@@ -94,12 +102,13 @@ def update(policy, reference, critic, optimizers, rows: list[dict], cfg: PpoConf
     the gradients of every micro-batch accumulated; each micro-batch's losses are divided by the step's policy
     token count, so the sum is the step's per-token mean (verl's token-mean with batch_num_tokens)."""
     pad = getattr(policy.config, "pad_token_id", None) or 0
-    batches = micro_batches(rows, pad, device, cfg.micro_batch)
-    fixed = advantages(policy, reference, critic, batches, cfg)
+    batches = value.micro_batches(rows, pad, device, cfg.micro_batch)
     tokens = sum(b["mask"].sum() for b in batches)
     metrics = {}
-    for _ in range(cfg.epochs):
-        metrics = _epoch(policy, critic, optimizers, batches, fixed, tokens, cfg)
+    with value.autocast(device):  # the forwards and backwards in bfloat16 on CUDA (value.py says why)
+        fixed = advantages(policy, reference, critic, batches, cfg)
+        for _ in range(cfg.epochs):
+            metrics = _epoch(policy, critic, optimizers, batches, fixed, tokens, cfg)
     final = torch.cat([b["final"] for b in batches])
     lengths = torch.cat([b["mask"].sum(1) for b in batches])
     sequence = sum(int(b["attention_mask"].sum()) for b in batches)  # what each forward and backward reads

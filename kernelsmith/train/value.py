@@ -8,6 +8,7 @@ update does. Writes CRITIC/ (critic.py's format) and CRITIC/metrics.jsonl, one r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -30,7 +31,8 @@ TRAJECTORY_FORMAT = 1
 class ValueConfig:
     epochs: int = 2
     lr: float = 1e-5
-    batch_size: int = 4
+    batch_size: int = 4  # trajectories per optimizer step
+    micro_batch: int = 1  # trajectories per forward and backward
     max_tokens: int = 32768  # longer trajectories are skipped (counted), never cut: a cut one lies about its return
     gamma: float = 1.0
     lam: float = 0.95
@@ -74,6 +76,22 @@ def batch_of(rows: list[dict], pad_id: int, device: str) -> dict[str, Tensor]:
             "final": torch.tensor([float(r["rewards"]["final"]) for r in rows], device=device)}
 
 
+def micro_batches(rows: list[dict], pad: int, device: str, size: int) -> list[dict[str, Tensor]]:
+    """The rows as padded batches of at most `size` sequences, longest first (so memory runs out, if it
+    does, at the start; and sequences of like length share a batch, padding little): one forward and
+    backward each, so memory holds one micro-batch's activations (verl's ppo_micro_batch_size_per_gpu)."""
+    ordered = sorted(rows, key=lambda r: -len(r["input_ids"]))
+    return [batch_of(ordered[i:i + size], pad, device) for i in range(0, len(ordered), size)]
+
+
+def autocast(device: str):
+    """bfloat16 autocast on a CUDA device that has it (float32 weights, as verl's FSDP mixed precision keeps
+    them), else nothing: CPU runs stay float32 and bit-comparable."""
+    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def targets(critic: critics.Critic, batch: dict[str, Tensor], cfg: ValueConfig) -> tuple[Tensor, Tensor]:
     """(old values, GAE returns) under the critic as it is now."""
     with torch.no_grad():
@@ -91,18 +109,32 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
     return float(1.0 - residual / (ppo.masked_var(returns, mask) + 1e-8))
 
 
-def step(critic: critics.Critic, optimizer, batch: dict[str, Tensor], cfg: ValueConfig) -> dict:
-    old_values, returns = targets(critic, batch, cfg)
-    values = critic(batch["input_ids"], batch["attention_mask"])
-    loss = ppo.value_loss(values, old_values, returns, batch["mask"], clip=cfg.clip)
+def step(critic: critics.Critic, optimizer, batches: list[dict[str, Tensor]], cfg: ValueConfig, device: str) -> dict:
+    """One optimizer step over the micro-batches of a batch; its metrics over all of their policy tokens."""
+    with autocast(device):
+        fixed = [targets(critic, batch, cfg) for batch in batches]
+    tokens = sum(b["mask"].sum() for b in batches)
     optimizer.zero_grad()
-    loss.loss.backward()
+    parts = [_accumulate(critic, batch, old, returns, tokens, cfg, device) for batch, (old, returns) in zip(batches, fixed)]
     optimizer.step()
-    return {"value_loss": float(loss.loss.detach()), "value_clipfrac": float(loss.clipfrac),
-            "explained_variance": explained_variance(values.detach(), returns, batch["mask"]),
-            "values_mean": float(ppo.masked_mean(values.detach(), batch["mask"])),
-            "returns_mean": float(ppo.masked_mean(returns, batch["mask"])),
-            "tokens": int(batch["attention_mask"].sum())}  # every token the critic reads, for tokens_per_s
+    values, returns = torch.cat([p["values"] for p in parts]), torch.cat([p["returns"] for p in parts])
+    everywhere = torch.ones_like(values)
+    return {"value_loss": sum(p["loss"] for p in parts), "value_clipfrac": sum(p["clipfrac"] for p in parts),
+            "explained_variance": explained_variance(values, returns, everywhere),
+            "values_mean": float(values.mean()), "returns_mean": float(returns.mean()),
+            "tokens": sum(int(b["attention_mask"].sum()) for b in batches)}  # every token the critic reads
+
+
+def _accumulate(critic, batch, old, returns, tokens: Tensor, cfg: ValueConfig, device: str) -> dict:
+    """Backward of one micro-batch's share of the step's loss; its policy tokens' values and returns."""
+    mask = batch["mask"]
+    with autocast(device):
+        values = critic(batch["input_ids"], batch["attention_mask"])
+    loss = ppo.value_loss(values, old, returns, mask, clip=cfg.clip, num_tokens=tokens)
+    loss.loss.backward()
+    policy = mask.bool()
+    return {"loss": float(loss.loss.detach()), "clipfrac": float(loss.clipfrac) * float(mask.sum() / tokens),
+            "values": values.detach()[policy], "returns": returns[policy]}
 
 
 def train(rows: list[dict], model: Path, out: Path, cfg: ValueConfig, device: str = "cpu",
@@ -122,7 +154,8 @@ def train(rows: list[dict], model: Path, out: Path, cfg: ValueConfig, device: st
             rng.shuffle(order)
             for start in range(0, len(order), cfg.batch_size):
                 began = time.perf_counter()
-                row = step(critic, optimizer, batch_of(order[start:start + cfg.batch_size], pad_id, device), cfg)
+                batches = micro_batches(order[start:start + cfg.batch_size], pad_id, device, cfg.micro_batch)
+                row = step(critic, optimizer, batches, cfg, device)
                 row = {"step": len(history) + 1, "of": total, "epoch": epoch + 1, **row,
                        "tokens_per_s": round(row["tokens"] / (time.perf_counter() - began), 1)}
                 history.append(row)
