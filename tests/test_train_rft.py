@@ -126,3 +126,21 @@ def test_rft_end_to_end_with_the_builtin_teacher_and_no_api_key(tmp_path):
                        (["--model", str(tmp_path / "absent")], "no model checkpoint")]:
         again = subprocess.run(cli + args + bad, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert again.returncode == 2 and words in again.stderr and "Traceback" not in again.stderr, again.stderr
+
+    # the same trajectories again, fine-tuned on without a teacher (--data): no session is played
+    again_out = tmp_path / "again"
+    data_args = ["--data", str(out / "trajectories.jsonl"), "--model", str(student), "--out", str(again_out),
+                 "--device", "cpu", "--epochs", "1", "--grad-accum", "1"]
+    proc = subprocess.run(cli + data_args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    reused = json.loads((again_out / "rft.json").read_text())
+    assert reused["kept"] == selection["kept"] and reused["sessions"] == 1 and not (again_out / "rollouts").exists()
+    assert (again_out / "trajectories.jsonl").read_text() == (out / "trajectories.jsonl").read_text()  # train value reads it
+    assert (again_out / "config.json").is_file() and (again_out / "metrics.jsonl").read_text().strip()
+    # another chat template's token ids are another model's: refused in one line, as is asking for both sources
+    other = build_tokenizer(tmp_path / "other", CHATML.replace("# Tools", "## Tools"), corpus, vocab_size=3000)
+    tiny_llama(other, vocab_size=3000)
+    for bad, words in [(["--model", str(other)], "another tokenizer"),
+                       (["--tasks", str(Path(__file__).parent / "data" / "builtin" / "pointwise.py")], "one of them")]:
+        refused = subprocess.run(cli + data_args + bad, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert refused.returncode == 2 and words in refused.stderr and "Traceback" not in refused.stderr, refused.stderr

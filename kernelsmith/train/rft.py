@@ -118,25 +118,66 @@ class RftPlan:
     workers: int = 1
     min_reward: float = 0.0
     config: RftConfig = field(default_factory=RftConfig)
+    data: Path | None = None  # trajectories already exported: no teacher is sampled
 
 
 def run(plan: RftPlan, sandbox, on_row=None, on_log=None) -> dict:
-    """Sample the teacher (OUT/rollouts), export with the student's tokenizer (OUT/trajectories.jsonl), select,
-    fine-tune: the student's checkpoint is written to OUT."""
-    from kernelsmith.train import sessions, value
-
-    rows = sessions.play(plan.settings, plan.tasks, plan.samples, plan.workers, plan.out / "rollouts", sandbox, on_row)
-    exported = sessions.export(plan.out / "rollouts", plan.model, plan.out / "trajectories.jsonl")
-    kept, reasons = select(value.read_trajectories(plan.out / "trajectories.jsonl"), plan.min_reward)
-    selection = {"sessions": len(rows), "trajectories": exported.lines, "kept": len(kept), "rejected": dict(reasons),
-                 "skipped_sessions": exported.skipped}
+    """Sample the teacher (OUT/rollouts), export with the student's tokenizer (OUT/trajectories.jsonl), or take
+    the trajectories of plan.data; select, fine-tune: the student's checkpoint is written to OUT."""
+    rows, made = _teacher(plan, sandbox, on_row) if plan.data is None else _given(plan)
+    kept, reasons = select(rows, plan.min_reward)
+    selection = {**made, "trajectories": len(rows), "kept": len(kept), "rejected": dict(reasons)}
+    plan.out.mkdir(parents=True, exist_ok=True)
     (plan.out / "rft.json").write_text(json.dumps(selection, indent=1) + "\n")
     if not kept:
-        raise BadInput(f"no trajectory is fit to imitate ({_reasons(reasons, exported)})",
+        raise BadInput(f"no trajectory is fit to imitate ({_reasons(reasons, made['skipped_sessions'])})",
                        "sample more (--samples), give the teacher more turns, or lower --min-reward")
     return {**selection, **finetune(kept, plan.model, plan.out, plan.config, plan.settings.device, on_log)}
 
 
-def _reasons(reasons: Counter, exported) -> str:
-    said = [f"{n} {why}" for why, n in reasons.most_common()] + [f"{len(exported.skipped)} sessions skipped"]
+def _teacher(plan: RftPlan, sandbox, on_row) -> tuple[list[dict], dict]:
+    from kernelsmith.train import sessions, value
+
+    rows = sessions.play(plan.settings, plan.tasks, plan.samples, plan.workers, plan.out / "rollouts", sandbox, on_row)
+    exported = sessions.export(plan.out / "rollouts", plan.model, plan.out / "trajectories.jsonl")
+    return value.read_trajectories(plan.out / "trajectories.jsonl"), {"sessions": len(rows),
+                                                                       "skipped_sessions": exported.skipped}
+
+
+def _given(plan: RftPlan) -> tuple[list[dict], dict]:
+    """plan.data's trajectories, once they are known to be the student's tokens; copied to OUT/trajectories.jsonl,
+    where `train value` reads an rft run's trajectories whichever way they came."""
+    import shutil
+
+    from kernelsmith.train import value
+
+    rows = value.read_trajectories(plan.data)
+    check_tokenizer(rows, plan.model)
+    plan.out.mkdir(parents=True, exist_ok=True)
+    if plan.data.resolve() != (plan.out / "trajectories.jsonl").resolve():
+        shutil.copyfile(plan.data, plan.out / "trajectories.jsonl")
+    return rows, {"sessions": len({r.get("session_id") for r in rows}), "skipped_sessions": [], "data": str(plan.data)}
+
+
+def check_tokenizer(rows: list[dict], model: Path) -> None:
+    """Trajectories rendered by another tokenizer or chat template are another model's token ids: fine-tuning on
+    them teaches noise, silently. Each row's tokenizer record must match the student's."""
+    from transformers import AutoTokenizer
+
+    from kernelsmith.train import trajectories
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+    want = trajectories.tokenizer_info(tokenizer, model)
+    for number, row in enumerate(rows, 1):
+        said = row.get("tokenizer") or {}
+        if any(said.get(k) != want[k] for k in ("chat_template_sha256", "eos_token_id")):
+            raise BadInput(f"trajectory {number} was rendered by another tokenizer or chat template "
+                           f"({said.get('name_or_path')!r}), not {model}'s",
+                           "export the sessions again with the student's tokenizer (kernelsmith train trajectories)")
+        if max(row["input_ids"]) >= len(tokenizer):
+            raise BadInput(f"trajectory {number} has token ids beyond {model}'s vocabulary", "export it again")
+
+
+def _reasons(reasons: Counter, skipped: list) -> str:
+    said = [f"{n} {why}" for why, n in reasons.most_common()] + [f"{len(skipped)} sessions skipped"]
     return ", ".join(said)
