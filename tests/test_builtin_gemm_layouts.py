@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernelsmith.compiler import cpu, layout  # noqa: E402
-from kernelsmith.compiler.ir import GemmGroup, MatrixLayout, Plan, PointwiseGroup  # noqa: E402
+from kernelsmith.compiler.ir import ConvGroup, GemmGroup, MatrixLayout, Plan, PointwiseGroup  # noqa: E402
 from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
 from kernelsmith.harness import build  # noqa: E402
 
@@ -124,6 +124,53 @@ class ColumnNorm(nn.Module):
     def forward(self, x):
         return torch.sqrt((x * x).mean(0)) + 1.0
 
+class ConvTMeanDepth(nn.Module):
+    # level2/13's pattern: the mean over depth of a padded stride-1 ConvTranspose3d and its bias is a
+    # ConvTranspose2d over 3 times the input channels (passes/conv_reduce.py)
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.ConvTranspose3d(3, 5, 3, padding=1)
+    def forward(self, x):
+        return self.conv(x).mean(dim=2, keepdim=True)
+
+class ConvSumWidth(nn.Module):
+    # a sum over the width (not the first spatial dim: the weight's taps are permuted next to its channels) of
+    # a padded, dilated Conv2d with no bias, scaled on the way: a Conv1d over the height
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=(1, 2), dilation=(1, 2), bias=False)
+    def forward(self, x):
+        return (self.conv(x) * 0.5).sum(-1)
+
+class ConvTMeanHeight(nn.Module):
+    # stride 2 along the width, 1 along the height it averages, padding 2; then a number added on the way
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(3, 4, 3, stride=(1, 2), padding=(2, 0))
+    def forward(self, x):
+        return (self.conv(x) + 1.0).mean(2)
+
+class Conv3dMeanHeight(nn.Module):
+    # a dilated Conv3d (padding 2, dilation 2) averaged over its height: a Conv2d over depth and width
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(2, 3, 3, padding=2, dilation=2)
+    def forward(self, x):
+        return self.conv(x).mean(3)
+
+class ConvNotFolded(nn.Module):
+    # left alone, each a convolution of its own: stride 2 along the dim, a ReLU between, the output read twice,
+    # groups, and the bias under a sum (it would count 5 times)
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(4, 4, 3, stride=2, padding=1)
+        self.b, self.c = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.d, self.e = nn.Conv2d(4, 4, 3, padding=1, groups=2), nn.Conv2d(4, 4, 3, padding=1)
+    def forward(self, x):
+        c = self.c(x)
+        return (self.a(x).mean(2).mean(-1, keepdim=True) + torch.relu(self.b(x)).mean(2) + (c.mean(2) + c.sum(2))
+                + self.d(x).mean(2) + self.e(x).sum(2))
+
 class Heads(nn.Module):
     # nn.MultiheadAttention: the head split's q, k^T and v are strided batches read in place
     def __init__(self, dim, heads):
@@ -150,9 +197,16 @@ CASES = {  # module, input shape, dense copies left for GEMM operands
     "wide_matmul_mean": ("MatmulMean(70, 9)", (5, 70), 0),
     "gemm_not_folded": ("GemmNotFolded(6, 9)", (5, 6), 0),
     "column_norm": ("ColumnNorm()", (33, 100), 0),
+    "convt_mean_depth": ("ConvTMeanDepth()", (2, 3, 6, 5, 4), 0),
+    "conv_sum_width": ("ConvSumWidth()", (2, 3, 7, 9), 0),
+    "convt_mean_height": ("ConvTMeanHeight()", (2, 3, 6, 5), 0),
+    "conv3d_mean_height": ("Conv3dMeanHeight()", (2, 2, 5, 6, 4), 0),
+    "conv_not_folded": ("ConvNotFolded()", (2, 4, 5, 6), 0),
 }
+CONV_REDUCED = ("convt_mean_depth", "conv_sum_width", "convt_mean_height", "conv3d_mean_height")
 # their GEMMs read a dense operand and the summed weight, or nn.Linear's weight through trans_b: no copy to save
-NOT_STRIDED = ("gemm_sum", "matmul_mean", "gemm_sum_shared", "wide_matmul_mean", "gemm_not_folded", "column_norm")
+NOT_STRIDED = ("gemm_sum", "matmul_mean", "gemm_sum_shared", "wide_matmul_mean", "gemm_not_folded", "column_norm",
+               *CONV_REDUCED, "conv_not_folded")
 NAMESPACE = {"torch": torch, "nn": torch.nn}
 exec(MODULES, NAMESPACE)  # the same classes the task files define, for the reference
 
@@ -267,6 +321,20 @@ def test_a_sum_over_a_gemms_features_is_a_gemm_against_the_summed_weight(tmp_pat
     assert sorted(g.n for g in left) == [9, 9, 9]  # the batch sum, the shared scaling, 2 / y: none of one column
 
 
+def test_a_mean_over_a_spatial_dim_of_a_stride_1_convolution_is_a_convolution_over_one_dim_fewer(tmp_path):
+    """sum_o conv(x, W)[o] = sum_k W[k] * (x summed over tap k's range): one convolution over K times the input
+    channels and one spatial dim fewer; not where the stride along the dim is 2, a ReLU comes between, the output
+    is read twice, the convolution is grouped, or a bias would be summed. Every CPU variant matches torch
+    (test_every_cpu_variant_matches_torch), and so every CUDA variant on the GPU."""
+    for name in CONV_REDUCED:
+        _, shape, _ = CASES[name]
+        (conv,) = [g for g in plan_of(tmp_path, name).plan.groups() if isinstance(g, ConvGroup)]
+        assert len(conv.out_shape) == len(shape) - 1, name
+        assert conv.in_shape[1] == shape[1] * 3 and conv.groups == 1, (name, conv.in_shape)  # 3 taps each
+    left = [g for g in plan_of(tmp_path, "conv_not_folded").plan.groups() if isinstance(g, ConvGroup)]
+    assert len(left) == 5 and all(len(g.out_shape) == 4 and g.in_shape[1] == 4 for g in left)
+
+
 def test_cuda_bindings_check_the_strides_cublas_reads(tmp_path):
     built = plan_of(tmp_path, "addmm_transposed", "cuda")
     (gemm,) = [g for g in built.plan.groups() if isinstance(g, GemmGroup)]
@@ -341,15 +409,21 @@ def test_the_cuda_files_compile_with_nvcc(tmp_path):
     if nvcc is None:
         pytest.skip("nvcc not found")
     files, _ = generated_apart(tmp_path / "tasks", "cuda")
-    cublas = sorted(f for f, text in files.items() if f.endswith(".cu") and "<cublas_v2.h>" in text)
+    by_library = {library: sorted(f for f, text in files.items() if f.endswith(".cu") and f"<{header}>" in text)
+                  for library, header in helpers.LIBRARY_HEADERS.items()}
     for file, text in files.items():
         (tmp_path / file).write_text(text)
-    plain = sorted(f for f in files if f.endswith(".cu") and f not in cublas)
+    plain = sorted(f for f in files if f.endswith(".cu") and not any(f in fs for fs in by_library.values()))
     helpers._compile(nvcc, plain, tmp_path)
-    include = helpers._library_include(nvcc, "cublas")
-    if include is None:
-        pytest.skip(f"no cublas_v2.h here: {', '.join(cublas)} compile in the GPU test")
-    helpers._compile(nvcc, cublas, tmp_path, ["-I", str(include)])
+    missing = []
+    for library, library_files in by_library.items():
+        include = helpers._library_include(nvcc, library)
+        if include is None:
+            missing += library_files
+        elif library_files:
+            helpers._compile(nvcc, library_files, tmp_path, ["-I", str(include)])
+    if missing:
+        pytest.skip(f"no library header here for {', '.join(missing)}: they compile in the GPU test")
 
 
 def test_a_float32_gemm_on_the_cpu_multiplies_with_the_blas_torch_carries_first(tmp_path):

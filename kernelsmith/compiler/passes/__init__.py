@@ -3,7 +3,8 @@
 After the export (capture.py runs them): literals.py inlines the numbers forward makes as
 tensors, dead_code.py drops what no output needs. Before partitioning (`before_partition`):
 multi_output.py folds ops with several results, batch_norm.py expands inference batch norm into
-a pointwise chain, conv_bias.py makes a convolution's bias its first epilogue op, gemm_reduce.py
+a pointwise chain, conv_bias.py makes a convolution's bias its first epilogue op, conv_reduce.py turns
+a sum or mean over one spatial dim of a stride-1 convolution into a convolution over one dim fewer, gemm_reduce.py
 turns a sum over a GEMM's output features into a GEMM against the summed weight, gemm_scale.py
 moves a number a GEMM operand is multiplied by into the GEMM's alpha."""
 
@@ -12,13 +13,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kernelsmith.compiler.graph import Graph, consumers_of
-from kernelsmith.compiler.passes import batch_norm, conv_bias, gemm_reduce, gemm_scale, multi_output
+from kernelsmith.compiler.passes import batch_norm, conv_bias, conv_reduce, gemm_reduce, gemm_scale, multi_output
 
 
 def before_partition(graph: Graph) -> Graph:
     """Raises lowering.Unsupported for a result the kernels cannot give (batch norm's statistics)."""
     graph = _readers(replace(graph, nodes=multi_output.fold(graph.nodes)))
-    for rewrite in (batch_norm.expand, conv_bias.split, gemm_reduce.fold, gemm_scale.fold):
+    for rewrite in (batch_norm.expand, conv_bias.split, conv_reduce.fold, gemm_reduce.fold, gemm_scale.fold):
         graph = _readers(rewrite(graph))
     return graph
 
