@@ -21,7 +21,7 @@ W=${W:-/tmp/ks-train}; LIMIT=${LIMIT:-560}; MIN_LEFT=${MIN_LEFT:-60}
 # policy wrote 38 tokens a second (6 turns of 768 tokens: 121 s a task), a built-in teacher's session takes
 # 90-110 s, and RFT over 36 tasks on 4 workers did not end in 339 s (2026-12-06). Each evaluation is one round of
 # WORKERS sessions, and each PPO step rolls out on PER_STEP of the training tasks (one round too)
-TASKS=${TASKS:-18}; HELD=${HELD:-6}; TURNS=${TURNS:-4}; WORKERS=${WORKERS:-6}; STEPS=${STEPS:-6}
+TASKS=${TASKS:-18}; HELD=${HELD:-6}; TURNS=${TURNS:-4}; WORKERS=${WORKERS:-6}; STEPS=${STEPS:-4}
 PER_STEP=${PER_STEP:-$WORKERS}
 # the built-in teacher's 12 sessions on 6 workers took 13 min of device time on an H100 (2026-12-06, one call
 # cut short): RFT samples the first RFT_TASKS training tasks (one round), or takes RFT_FROM's trajectories
