@@ -171,6 +171,26 @@ class ConvNotFolded(nn.Module):
         return (self.a(x).mean(2).mean(-1, keepdim=True) + torch.relu(self.b(x)).mean(2) + (c.mean(2) + c.sum(2))
                 + self.d(x).mean(2) + self.e(x).sum(2))
 
+class GroupNormScaled(nn.Module):
+    # level2/85's pattern: GroupNorm computes in [N, G, C/G, H*W] and views its result back; the per-channel scale
+    # and shift and the ReLU after the view move before it, into the GroupNorm kernel (passes/view_sink.py)
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.GroupNorm(4, 8)
+        self.scale, self.shift = nn.Parameter(torch.randn(8, 1, 1)), nn.Parameter(torch.randn(1, 8, 1, 1))
+    def forward(self, x):
+        return torch.relu(self.norm(x) * self.scale + self.shift)
+
+class GroupNormNotSunk(nn.Module):
+    # left after the view: an add of a whole tensor (x itself) and a mul by a row varying along the width only
+    # (the width is half of a source dim's group, H*W)
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.GroupNorm(4, 8), nn.GroupNorm(4, 8)
+        self.row = nn.Parameter(torch.randn(5))
+    def forward(self, x):
+        return (self.a(x) + x) + self.b(x) * self.row
+
 class Heads(nn.Module):
     # nn.MultiheadAttention: the head split's q, k^T and v are strided batches read in place
     def __init__(self, dim, heads):
@@ -202,11 +222,13 @@ CASES = {  # module, input shape, dense copies left for GEMM operands
     "convt_mean_height": ("ConvTMeanHeight()", (2, 3, 6, 5), 0),
     "conv3d_mean_height": ("Conv3dMeanHeight()", (2, 2, 5, 6, 4), 0),
     "conv_not_folded": ("ConvNotFolded()", (2, 4, 5, 6), 0),
+    "group_norm_scaled": ("GroupNormScaled()", (2, 8, 3, 5), 0),
+    "group_norm_not_sunk": ("GroupNormNotSunk()", (2, 8, 3, 5), 0),
 }
 CONV_REDUCED = ("convt_mean_depth", "conv_sum_width", "convt_mean_height", "conv3d_mean_height")
 # their GEMMs read a dense operand and the summed weight, or nn.Linear's weight through trans_b: no copy to save
 NOT_STRIDED = ("gemm_sum", "matmul_mean", "gemm_sum_shared", "wide_matmul_mean", "gemm_not_folded", "column_norm",
-               *CONV_REDUCED, "conv_not_folded")
+               *CONV_REDUCED, "conv_not_folded", "group_norm_scaled", "group_norm_not_sunk")
 NAMESPACE = {"torch": torch, "nn": torch.nn}
 exec(MODULES, NAMESPACE)  # the same classes the task files define, for the reference
 
@@ -335,6 +357,18 @@ def test_a_mean_over_a_spatial_dim_of_a_stride_1_convolution_is_a_convolution_ov
     assert len(left) == 5 and all(len(g.out_shape) == 4 and g.in_shape[1] == 4 for g in left)
 
 
+def test_pointwise_ops_after_a_reshape_of_a_kernels_result_join_its_epilogue(tmp_path):
+    """GroupNorm's scale, shift and ReLU after its view back to [N, C, H, W] run in the GroupNorm kernel, the
+    scale and shift viewed to [1, G, C/G, 1]; an add of a whole tensor and a row varying along half of the
+    source's H*W stay after the view. The model's tanh(.) * 2 follows in each (the task file's epilogue)."""
+    (norm,) = plan_of(tmp_path, "group_norm_scaled").plan.groups()
+    assert norm.kind == "reduction"
+    assert [op.name for op in norm.broadcast_epilogue][-5:] == ["mul", "add", "relu", "tanh", "mul"]
+    left = plan_of(tmp_path, "group_norm_not_sunk").plan.groups()
+    assert [g.kind for g in left] == ["reduction", "pointwise", "reduction", "pointwise"]
+    assert [[op.name for op in g.broadcast_epilogue][-1] for g in left if g.kind == "reduction"] == ["add", "add"]
+
+
 def test_cuda_bindings_check_the_strides_cublas_reads(tmp_path):
     built = plan_of(tmp_path, "addmm_transposed", "cuda")
     (gemm,) = [g for g in built.plan.groups() if isinstance(g, GemmGroup)]
@@ -403,7 +437,9 @@ def _cuda_gen_tests():
 
 
 @pytest.mark.slow_build
-def test_the_cuda_files_compile_with_nvcc(tmp_path):
+@pytest.mark.parametrize("half", [0, 1])
+def test_the_cuda_files_compile_with_nvcc(tmp_path, half):
+    """In two halves (one per CI core under pytest -n 2); the library files with the first."""
     helpers = _cuda_gen_tests()
     nvcc = helpers._nvcc()
     if nvcc is None:
@@ -414,9 +450,9 @@ def test_the_cuda_files_compile_with_nvcc(tmp_path):
     for file, text in files.items():
         (tmp_path / file).write_text(text)
     plain = sorted(f for f in files if f.endswith(".cu") and not any(f in fs for fs in by_library.values()))
-    helpers._compile(nvcc, plain, tmp_path)
+    helpers._compile(nvcc, plain[half::2], tmp_path)
     missing = []
-    for library, library_files in by_library.items():
+    for library, library_files in (by_library.items() if half == 0 else ()):
         include = helpers._library_include(nvcc, library)
         if include is None:
             missing += library_files
