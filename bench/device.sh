@@ -79,10 +79,12 @@ case "$STEP" in
     # compile baselines measured earlier by the same harness job on this GPU kind (the live eager still guards them)
     [ -f $R/builtin_baselines_cache.json ] && cp $R/builtin_baselines_cache.json $B/baselines.json
     [ -f $R/builtin_lint.json ] && cp $R/builtin_lint.json $B/lint.json
-    timeout ${LIMIT:-540} python3 -m kernelsmith.cli bench $(python3 -c "import json; rows = [r for r in json.load(open(
+    # ONLY="level2/13_... level2/85_...": just these (the tasks a compiler change touched, compiler_golden --compare)
+    LIST=$(python3 -c "import json; rows = [r for r in json.load(open(
       'bench/results/cpu-2026-11-30/builtin_coverage.json')) if r['supported']]; print(' '.join('$KB/' + r['level'] + '/'
-      + r['task'] for r in sorted(rows, key=lambda r: (r['level'] != 'level2', r['level'], r['task']))))") \
-      --backend builtin --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out $B 2>&1 | grep -v Warning | tail -60
+      + r['task'] for r in sorted(rows, key=lambda r: (r['level'] != 'level2', r['level'], r['task']))))")
+    [ -n "${ONLY:-}" ] && LIST=$(for t in $ONLY; do echo "$KB/$t.py"; done)
+    timeout ${LIMIT:-540} python3 -m kernelsmith.cli bench $LIST --backend builtin --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out $B 2>&1 | grep -v Warning | tail -60
     for f in rows.jsonl lint.json baselines.json; do [ -f $B/$f ] && cp $B/$f "$OUT/builtin/$f"; done
     # every session's events (turns, tool results, timestamps): where a slow or failed task spent its time
     (cd $B && find workdirs -name events.jsonl -print0 | tar czf "$OUT/builtin/events.tgz" --null -T -) ;;
