@@ -18,28 +18,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kernelsmith.compiler.graph import Graph, Node, consumers_of
-from kernelsmith.compiler.lowering import base, kind_of
+from kernelsmith.compiler.graph import Graph, Node
+from kernelsmith.compiler.lowering import kind_of
+from kernelsmith.compiler.passes import reduce_chain
 from kernelsmith.compiler.passes.gemm_scale import scale_factor
 
-REDUCTIONS = {"sum.dim_IntList", "mean.dim"}
 SHIFTS = {"add.Tensor", "sub.Tensor"}
 
 
 def fold(graph: Graph) -> Graph:
     """The graph with each such reduction rewritten; the same graph, untouched, when there is none."""
-    nodes, consumers, values = {n.name: n for n in graph.nodes}, consumers_of(graph), graph.values()
-    rewrites = {n.name: found for n in graph.nodes if (found := _match(n, nodes, consumers, values))}
-    if not rewrites:
-        return graph
-    gone = {n.name for conv, chain, _ in rewrites.values() for n in [conv, *chain]}
-    kept = []
-    for node in graph.nodes:
-        if node.name in rewrites:
-            kept += _rewrite(node, *rewrites[node.name], values)
-        elif node.name not in gone:
-            kept.append(node)
-    return replace(graph, nodes=kept)
+    return reduce_chain.fold_matches(graph, _match, _rewrite)
 
 
 def _match(node: Node, nodes: dict[str, Node], consumers: dict, values: dict):
@@ -48,19 +37,16 @@ def _match(node: Node, nodes: dict[str, Node], consumers: dict, values: dict):
     dim = _reduced_dim(node)
     if dim is None:
         return None
-    chain, name, reader = [], node.args[0], node.name
-    while name in nodes and consumers.get(name) == [reader] and _commutes(nodes[name], dim, node, values):
-        chain.append(nodes[name])
-        reader, name = name, next(a for a in nodes[name].args if isinstance(a, str) and a in _chain_sides(nodes[name], values))
-    conv = nodes.get(name)
-    if conv is None or consumers.get(name) != [reader] or not _convolution_fits(conv, dim, values):
+    carried = lambda op: _chain_sides(op, values)[0] if _commutes(op, dim, node, values) else None  # noqa: E731
+    conv, chain = reduce_chain.producer_chain(node, nodes, consumers, carried)
+    if conv is None or not _convolution_fits(conv, dim, values):
         return None
-    return conv, chain[::-1], dim
+    return conv, chain, dim
 
 
 def _reduced_dim(node: Node) -> int | None:
     """The one spatial dim a float32 sum or mean (of rank 4 or 5) reduces, else None."""
-    if node.target not in REDUCTIONS or node.kwargs or len(node.args) < 2 or node.dtype != "float32":
+    if node.target not in reduce_chain.REDUCTIONS or node.kwargs or len(node.args) < 2 or node.dtype != "float32":
         return None
     dims, rank = node.args[1], len(node.shape) if (len(node.args) > 2 and node.args[2]) else len(node.shape) + 1
     if not isinstance(dims, list) or len(dims) != 1 or rank < 4:
@@ -111,8 +97,9 @@ def tap_ranges(conv: Node, dim: int, values: dict) -> list[tuple[int, int]]:
     return ranges
 
 
-def _rewrite(reduction: Node, conv: Node, chain: list[Node], dim: int, values: dict) -> list[Node]:
+def _rewrite(reduction: Node, found: tuple[Node, list[Node], int], _nodes: dict, values: dict) -> list[Node]:
     """The nodes that replace the convolution, the chain and the reduction, the last named as the reduction."""
+    conv, chain, dim = found
     name, dtype = reduction.name, reduction.dtype
     new = _stacked_sums(conv.args[0], name, dim, tap_ranges(conv, dim, values), values, dtype)
     new += _stacked_weight(conv.args[1], name, dim, bool(conv.args[6]), values, dtype)

@@ -11,50 +11,35 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kernelsmith.compiler.graph import Graph, Node, consumers_of
+from kernelsmith.compiler.graph import Graph, Node
 from kernelsmith.compiler.lowering import base
+from kernelsmith.compiler.passes import reduce_chain
 from kernelsmith.compiler.passes.gemm_scale import scale_factor
-
-REDUCTIONS = {"sum.dim_IntList", "mean.dim"}
-
 
 def fold(graph: Graph) -> Graph:
     """The graph with each such reduction rewritten; the same graph, untouched, when there is none."""
-    nodes, consumers, values = {n.name: n for n in graph.nodes}, consumers_of(graph), graph.values()
-    rewrites = {}
-    for node in graph.nodes:
-        found = _match(node, nodes, consumers, values)
-        if found:
-            rewrites[node.name] = found
-    if not rewrites:
-        return graph
-    gone = {n.name for gemm, chain in rewrites.values() for n in [gemm, *chain]}
-    kept = []
-    for node in graph.nodes:
-        if node.name in rewrites:
-            kept += _rewrite(node, *rewrites[node.name], nodes, values)
-        elif node.name not in gone:
-            kept.append(node)
-    return replace(graph, nodes=kept)
+    return reduce_chain.fold_matches(graph, _match, _rewrite)
 
 
 def _match(node: Node, nodes: dict[str, Node], consumers: dict, values: dict) -> tuple[Node, list[Node]] | None:
     """(the GEMM, the scalings between it and the reduction, GEMM side first) when `node` is a reduction
     over the last dim of a 2-d GEMM's product that only it reads, else None."""
-    if node.target not in REDUCTIONS or node.kwargs or len(node.args) < 2 or not isinstance(node.args[1], list):
+    if node.target not in reduce_chain.REDUCTIONS or node.kwargs or len(node.args) < 2 or \
+            not isinstance(node.args[1], list):
         return None
     if node.args[1] not in ([1], [-1]):  # over the features only (a sum over all dims has dims None)
         return None
-    chain, name, reader = [], node.args[0], node.name
-    while name in nodes and consumers.get(name) == [reader] and scale_factor(nodes[name]) is not None:
-        chain.append(nodes[name])
-        reader, name = name, next(a for a in nodes[name].args if isinstance(a, str))
-    gemm = nodes.get(name)
-    if gemm is None or consumers.get(name) != [reader] or base(gemm.target) not in ("mm", "addmm"):
+    gemm, chain = reduce_chain.producer_chain(node, nodes, consumers, _scaled)
+    if gemm is None or base(gemm.target) not in ("mm", "addmm"):
         return None
     if len(gemm.shape) != 2 or gemm.dtype != node.dtype or not _bias_is_a_row(gemm, values):
         return None
-    return gemm, chain[::-1]
+    return gemm, chain
+
+
+def _scaled(node: Node) -> str | None:
+    """The value a scaling multiplies or divides, or None for any other op."""
+    return next(a for a in node.args if isinstance(a, str)) if scale_factor(node) is not None else None
 
 
 def _bias_is_a_row(gemm: Node, values: dict) -> bool:
@@ -65,8 +50,9 @@ def _bias_is_a_row(gemm: Node, values: dict) -> bool:
     return isinstance(bias, str) and tuple(values[bias].shape) in ((gemm.shape[1],), (1, gemm.shape[1]))
 
 
-def _rewrite(reduction: Node, gemm: Node, chain: list[Node], nodes: dict[str, Node], values: dict) -> list[Node]:
+def _rewrite(reduction: Node, found: tuple[Node, list[Node]], nodes: dict[str, Node], values: dict) -> list[Node]:
     """The nodes that replace the GEMM, the scalings and the reduction, the last named as the reduction."""
+    gemm, chain = found
     (m, n), dtype, name = gemm.shape, gemm.dtype, reduction.name
     new = _weight_sum(gemm.args[-1], name, nodes, values, dtype)
     if base(gemm.target) == "addmm":

@@ -35,7 +35,7 @@ def _sink_one(graph: Graph) -> Graph | None:
         found = _movable(view, nodes, consumers, values)
         if found:
             op, operands = found
-            return replace(graph, nodes=_rewritten(graph.nodes, view, op, operands))
+            return replace(graph, nodes=_rewritten(graph.nodes, view, values[view.args[0]].shape, op, operands))
     return None
 
 
@@ -97,10 +97,11 @@ def _prefix_ends(shape: tuple) -> dict[int, int]:
     return ends
 
 
-def _rewritten(nodes: list[Node], view: Node, op: Node, operands: dict[str, tuple[tuple, str]]) -> list[Node]:
-    """The nodes with `view` gone and `op` replaced by its operands' views, the op on the view's source, and the
-    reshape of that under the op's name (its readers see what they saw)."""
-    source, shape = view.args[0], nodes_shape(nodes, view.args[0])
+def _rewritten(nodes: list[Node], view: Node, shape: tuple, op: Node,
+               operands: dict[str, tuple[tuple, str]]) -> list[Node]:
+    """The nodes with `view` gone and `op` replaced by its operands' views, the op on the view's source (of
+    `shape`), and the reshape of that under the op's name (its readers see what they saw)."""
+    source, shape = view.args[0], tuple(shape)
     new, renamed = [], {view.name: source}
     for name, (want, dtype) in sorted(operands.items()):
         renamed[name] = f"{name}_as_{op.name}"
@@ -115,7 +116,3 @@ def _rewritten(nodes: list[Node], view: Node, op: Node, operands: dict[str, tupl
         elif node.name != view.name:
             out.append(node)
     return out
-
-
-def nodes_shape(nodes: list[Node], name: str) -> tuple:
-    return next(tuple(n.shape) for n in nodes if n.name == name)
