@@ -111,11 +111,11 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
 
 def step(critic: critics.Critic, optimizer, batches: list[dict[str, Tensor]], cfg: ValueConfig, device: str) -> dict:
     """One optimizer step over the micro-batches of a batch; its metrics over all of their policy tokens."""
-    with autocast(device):
-        fixed = [targets(critic, batch, cfg) for batch in batches]
     tokens = sum(b["mask"].sum() for b in batches)
     optimizer.zero_grad()
-    parts = [_accumulate(critic, batch, old, returns, tokens, cfg, device) for batch, (old, returns) in zip(batches, fixed)]
+    with autocast(device):  # the forwards and backwards (PPO's update does the same)
+        fixed = [targets(critic, batch, cfg) for batch in batches]
+        parts = [_accumulate(critic, batch, old, returns, tokens, cfg) for batch, (old, returns) in zip(batches, fixed)]
     optimizer.step()
     values, returns = torch.cat([p["values"] for p in parts]), torch.cat([p["returns"] for p in parts])
     everywhere = torch.ones_like(values)
@@ -125,11 +125,10 @@ def step(critic: critics.Critic, optimizer, batches: list[dict[str, Tensor]], cf
             "tokens": sum(int(b["attention_mask"].sum()) for b in batches)}  # every token the critic reads
 
 
-def _accumulate(critic, batch, old, returns, tokens: Tensor, cfg: ValueConfig, device: str) -> dict:
+def _accumulate(critic, batch, old, returns, tokens: Tensor, cfg: ValueConfig) -> dict:
     """Backward of one micro-batch's share of the step's loss; its policy tokens' values and returns."""
     mask = batch["mask"]
-    with autocast(device):
-        values = critic(batch["input_ids"], batch["attention_mask"])
+    values = critic(batch["input_ids"], batch["attention_mask"])
     loss = ppo.value_loss(values, old, returns, mask, clip=cfg.clip, num_tokens=tokens)
     loss.loss.backward()
     policy = mask.bool()
