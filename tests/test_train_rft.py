@@ -144,3 +144,19 @@ def test_rft_end_to_end_with_the_builtin_teacher_and_no_api_key(tmp_path):
                        (["--tasks", str(Path(__file__).parent / "data" / "builtin" / "pointwise.py")], "one of them")]:
         refused = subprocess.run(cli + data_args + bad, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert refused.returncode == 2 and words in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+
+
+def test_given_trajectories_must_be_the_students_tokens(student):
+    """`train rft --data`: a line rendered by the student's tokenizer passes; one whose record names another
+    end-of-sequence token, or whose ids run past the student's vocabulary (an embedding index error at training
+    time, or another model's ids), is one line."""
+    from kernelsmith.errors import BadInput
+    from kernelsmith.train import trajectories
+
+    info = trajectories.tokenizer_info(transformers.AutoTokenizer.from_pretrained(str(student)), student)
+    good = trajectory(random.Random(0), tokenizer=info)
+    rft.check_tokenizer([good], student)
+    with pytest.raises(BadInput, match="another tokenizer"):
+        rft.check_tokenizer([good, {**good, "tokenizer": {**info, "eos_token_id": 7}}], student)
+    with pytest.raises(BadInput, match="beyond"):
+        rft.check_tokenizer([{**good, "input_ids": good["input_ids"][:-1] + [VOCAB]}], student)
