@@ -520,6 +520,8 @@ def _report_synth(summary: dict, out: Path) -> None:
     from kernelsmith.console import console
 
     stages = ", ".join(f"{s} {n}" for s, n in summary["rejected_by_stage"].items()) or "none"
+    if summary.get("restored"):
+        console.print(f"restored {summary['restored']} accepted task file(s) missing from tasks/, drawn again from the seed")
     console.print(f"accepted {summary['accepted']} of {summary['target']} from {summary['candidates']} candidates; "
                   f"rejected by stage: {stages}")
     console.print(f"tasks: {out}/tasks, manifest: {out}/manifest.jsonl, summary: {out}/README.md")

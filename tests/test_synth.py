@@ -121,6 +121,35 @@ def test_resume_after_a_kill_keeps_accepted_tasks_and_reaches_the_count(first_ru
     assert sorted(p.name for p in (out / "tasks").glob("*.py")) == sorted(p.name for p in (first_run / "tasks").glob("*.py"))
 
 
+def _manifest_alone(first_run: Path, out: Path) -> Path:
+    (out / "tasks").mkdir(parents=True)
+    (out / "manifest.jsonl").write_bytes((first_run / "manifest.jsonl").read_bytes())
+    return out
+
+
+def test_a_folder_carried_as_its_manifest_alone_gets_its_task_files_back_on_resume(first_run, eval_dir, tmp_path, capsys):
+    """The rows are the rubric's verdicts; the files are drawn again from the seed, byte for byte, with no
+    candidate checked twice (the count is already reached: no new row)."""
+    out = _manifest_alone(first_run, tmp_path / "carried")
+    assert main(synth_args(out, eval_dir, "--resume")) == 0
+    assert f"restored {COUNT} accepted task file(s)" in capsys.readouterr().out
+    for path in (first_run / "tasks").glob("*.py"):
+        assert (out / "tasks" / path.name).read_bytes() == path.read_bytes()
+    assert rows_of(out) == rows_of(first_run)
+
+
+def test_a_row_the_stream_no_longer_draws_is_refused_not_restored(first_run, eval_dir, tmp_path, capsys):
+    out = _manifest_alone(first_run, tmp_path / "changed")
+    rows = rows_of(out)
+    row = next(r for r in rows if r["status"] == "accepted")
+    row["inputs"][0]["shape"] = [s + 1 for s in row["inputs"][0]["shape"]]  # the rules that size tasks changed
+    (out / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(synth_args(out, eval_dir, "--resume")) == 2
+    err = capsys.readouterr().err
+    assert f"cannot restore {row['file']}" in err and "inputs" in err and "Traceback" not in err
+    assert not (out / row["file"]).exists()
+
+
 def _accepted_rows(out: Path) -> list[dict]:
     path = out / "manifest.jsonl"
     if not path.is_file():

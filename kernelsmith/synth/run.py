@@ -227,6 +227,7 @@ def synthesize(plan: SynthPlan, on_row=None) -> dict:
     rows = read_manifest(plan.out) if plan.resume else []
     eval_set = load_eval_set(plan)
     composer = make_composer(plan)
+    restored = restore_files(plan, composer, rows)
     work = Synthesis(plan, composer, eval_set, rubric.RubricPool(plan.device, plan.workers, plan.window))
     accepted = sum(r["status"] == "accepted" for r in rows)
     done = {r["index"] for r in rows}
@@ -241,7 +242,41 @@ def synthesize(plan: SynthPlan, on_row=None) -> dict:
             write_readme(plan, summarize(written, plan, read_runs(plan.out)))
     summary = summarize(rows, plan, read_runs(plan.out))
     write_readme(plan, summary)
-    return summary
+    return {**summary, "restored": restored}
+
+
+REDRAWN = ("name", "ops", "op_count", "op_args", "edges", "inputs", "output_shape", "dtypes")  # what a drawing fixes
+
+
+def restore_files(plan: SynthPlan, composer, rows: list[dict]) -> int:
+    """Accepted rows whose task file is gone (a folder kept or carried as its manifest alone) get it back:
+    a seed's stream is deterministic, so each is drawn again and written only where the drawing matches
+    its row. The rubric's verdict stays the row's: the file is the one it checked. How many came back."""
+    missing = {r["index"]: r for r in rows if r["status"] == "accepted" and not (plan.out / r["file"]).is_file()}
+    if missing and composer.name != "combinatorial":
+        raise BadInput(f"{len(missing)} accepted task file(s) are missing from {plan.out / 'tasks'}",
+                       f"a {composer.name} composer's tasks cannot be drawn again; put the files back")
+    restored = 0
+    for candidate in composer.candidates() if missing else ():
+        row = missing.pop(candidate.index, None)
+        if row is not None:
+            _check_redrawn(plan, candidate, row)
+            (plan.out / row["file"]).write_text(candidate.source)
+            restored += 1
+        if not missing:
+            break
+    return restored
+
+
+def _check_redrawn(plan: SynthPlan, candidate: Candidate, row: dict) -> None:
+    drawn = json.loads(json.dumps({"name": candidate.name, **candidate.info}))
+    drawn.update(seed=plan.seed, device=plan.device)
+    for key in ("seed", "device") + REDRAWN:
+        if drawn.get(key) != row.get(key):
+            raise BadInput(f"cannot restore {row['file']}: the stream now draws another task there "
+                           f"({key} {drawn.get(key)} against the row's {row.get(key)})",
+                           "the rules that draw tasks (or --seed, --device) differ from that run's; "
+                           "synthesize into a new --out")
 
 
 REORDER = 4  # finished rows waiting for an earlier, slower candidate: at most this many per worker
