@@ -166,3 +166,21 @@ def test_the_log_probabilities_are_those_of_the_models_own_logits(tmp_path):
     expected = torch.log_softmax(logits, -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
     assert torch.allclose(logp[:, 1:], expected, atol=1e-6) and logp.shape == batch["input_ids"].shape
     assert torch.allclose(entropy[:, 1:], ppo.entropy_from_logits(logits), atol=1e-6)
+
+
+def test_a_resumed_steps_rates_count_only_the_sessions_this_call_played():
+    """A call killed after its rollouts leaves them in the step's folder; the resumed call plays nothing, and
+    its rates were the earlier sessions' tokens over ~0 s (8.4M tok/s on an H100, 2026-12-06)."""
+    from kernelsmith.train.ppo_trainer import _env_numbers
+
+    rows = [{"task": "a", "run": 0, "session_id": "s1", "turns": 4}, {"task": "b", "run": 0, "session_id": "s2", "turns": 2}]
+    lines = [{"session_id": "s1", "messages": [{"tool_calls": [{}, {}]}], "flags": {"malformed_calls": 1},
+              "stats": {"policy_tokens": 400}},
+             {"session_id": "s2", "messages": [{"tool_calls": [{}, {}]}], "flags": {}, "stats": {"policy_tokens": 100}}]
+    fresh = _env_numbers(rows, lines, 10.0)
+    assert (fresh["env_steps_per_s"], fresh["rollout_tokens_per_s"], fresh["tool_call_validity"]) == (0.6, 50.0, 0.75)
+    half = _env_numbers(rows, lines, 10.0, earlier={"a#0"})
+    assert (half["env_steps_per_s"], half["rollout_tokens_per_s"], half["resumed_sessions"]) == (0.2, 10.0, 1)
+    assert half["tool_call_validity"] == 0.75  # validity is over every session of the step
+    replayed = _env_numbers(rows, lines, 0.01, earlier={"a#0", "b#0"})
+    assert replayed["env_steps_per_s"] is None and replayed["rollout_tokens_per_s"] is None

@@ -221,24 +221,44 @@ def rollouts(plan: PpoPlan, step: int, sandbox, on_row=None) -> tuple[list[dict]
 
     folder, policy = plan.out / "rollouts" / f"step-{step}", plan.out / "policy"
     settings = dataclasses.replace(plan.settings, backend="hf", model=str(policy))
+    earlier = _played(folder)
     began = time.perf_counter()
     batch = step_tasks(plan.tasks, plan.config.tasks_per_step, step, plan.config.seed)
     rows = sessions.play(settings, batch, plan.config.sessions, plan.workers, folder, sandbox, on_row)
     wall = time.perf_counter() - began
     sessions.export(folder, policy, folder / "trajectories.jsonl")
     lines = value.read_trajectories(folder / "trajectories.jsonl")
-    return value.fitting(lines, plan.config.max_tokens)[0], _env_numbers(rows, lines, wall)
+    return value.fitting(lines, plan.config.max_tokens)[0], _env_numbers(rows, lines, wall, earlier)
 
 
-def _env_numbers(rows: list[dict], lines: list[dict], wall: float) -> dict:
-    turns = sum(r.get("turns") or 0 for r in rows)
+def _played(folder: Path) -> set[str]:
+    """Sessions a killed call already played into the step's folder (a --resume keeps them)."""
+    path = folder / "rows.jsonl"
+    if not path.is_file():
+        return set()
+    return {_row_key(json.loads(line)) for line in path.read_text().splitlines() if line.strip()}
+
+
+def _row_key(row: dict) -> str:
+    return f"{row.get('task')}#{row.get('run')}"
+
+
+def _env_numbers(rows: list[dict], lines: list[dict], wall: float, earlier: set[str] = frozenset()) -> dict:
+    """Tool-call validity over all the step's sessions; the rates over those played in this call alone, whose
+    time `wall` is (a resumed step's earlier sessions took time a killed call never logged). No fresh session
+    (the step's rollouts were all played before a kill): no rates, rather than tokens over zero seconds."""
     calls = sum(sum(len(m.get("tool_calls") or []) for m in line["messages"]) for line in lines)
     malformed = sum(line.get("flags", {}).get("malformed_calls", 0) for line in lines)
-    generated = sum(line.get("stats", {}).get("policy_tokens", 0) for line in lines)
-    return {"sessions": len(rows), "env_steps_per_s": round(turns / wall, 3) if wall else 0.0,
+    fresh = [r for r in rows if _row_key(r) not in earlier]
+    ids = {r.get("session_id") for r in fresh}
+    turns = sum(r.get("turns") or 0 for r in fresh)
+    # the policy's own tokens over the rollouts' wall time (generation, builds and evaluations together)
+    generated = sum(line.get("stats", {}).get("policy_tokens", 0) for line in lines if line.get("session_id") in ids)
+    timed = bool(fresh) and wall > 0
+    return {"sessions": len(rows), "resumed_sessions": len(rows) - len(fresh),
+            "env_steps_per_s": round(turns / wall, 3) if timed else None,
             "tool_call_validity": round(1 - malformed / calls, 3) if calls else 0.0,
-            # the policy's own tokens over the rollouts' wall time (generation, builds and evaluations together)
-            "rollout_tokens_per_s": round(generated / wall, 1) if wall else 0.0,
+            "rollout_tokens_per_s": round(generated / wall, 1) if timed else None,
             "rollout_s": round(wall, 1)}
 
 
