@@ -9,6 +9,8 @@ processes, as `kernelsmith verify` runs them; builds land in a temporary KERNELS
 from __future__ import annotations
 
 import json
+import os
+import signal
 import re
 import shutil
 import subprocess
@@ -359,3 +361,23 @@ def test_compile_error_then_fix_rebuilds_only_the_edited_file(built):
     assert out["scaled"] == [3.0, 3.0]
 
     assert build.build(kernels, "cpu").cached  # and the fixed state is what the cache now holds
+
+
+def test_a_build_killed_midway_does_not_hang_the_next_one(built):
+    """A build killed inside cpp_extension (a timeout, Ctrl-C, a pool ending its workers) leaves torch's lock
+    file in the folder; torch's next build there waited on it for ever (a CPU `train rft` hung 10 minutes)."""
+    kernels = built["kernels"]
+    build_dir = Path(built["first"]["so_path"]).parent
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from kernelsmith.harness import build; "
+                             "build.build(sys.argv[1], 'cpu')", str(kernels)], start_new_session=True)
+    (kernels / "add_one.cpp").write_text(ADD_ONE_FIXED + f"// {time.time()}\n")  # something to compile
+    deadline = time.time() + 120
+    while not (build_dir / "lock").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)  # inside torch's build: its lock file stays behind
+    proc.wait()
+    (build_dir / "lock").touch()  # left behind, whether or not the kill came before torch made it
+    result = runner.run_job({"kind": "build", "kernels_dir": str(kernels), "device": "cpu"}, 240)
+    assert result.get("ok"), result
+    out = call_extension(result["so_path"], result["name"], 'out["y"] = ext.add_two(torch.zeros(2)).tolist()')
+    assert out["y"] == [2.0, 2.0]

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from kernelsmith.evaluation.build_plan import (TEMPLATES, BuildError, BuildResult, _flat, _plan, _torch_version,
-                                               cached_result, fingerprint)
+                                               cache_lock, cached_result, fingerprint)
 
 MAX_ERRORS = 5
 CONTEXT_LINES = 2
@@ -121,6 +121,21 @@ def _load(name, sources, flags, device, out_dir: Path, pch_flags: list[str], mod
 
     infra = [] if module else [TEMPLATES / "binding.cpp"]
     entry = [str(module), f"-Wl,--defsym=PyInit_{name}=PyInit_ks_extension"] if module else []
+    with cache_lock(out_dir / "ks-build"):
+        _clear_stale_baton(out_dir)
+        return _load_in(cpp_extension, name, infra, sources, flags, device, out_dir, pch_flags, entry)
+
+
+def _clear_stale_baton(out_dir: Path) -> None:
+    """cpp_extension's own lock is a file (FileBaton) that a killed build leaves behind, and every later build
+    of the folder then waits on it for ever: a session ended by a timeout, Ctrl-C or a worker killed by the pool
+    hung every session after it (a CPU `train rft` sat 10 minutes on the op watch's). Each build of a folder
+    holds our flock on it, which the kernel drops with its holder, so under it a baton can only be stale."""
+    for name in ("lock", ".ninja_lock"):
+        (out_dir / name).unlink(missing_ok=True)
+
+
+def _load_in(cpp_extension, name, infra, sources, flags, device, out_dir: Path, pch_flags, entry) -> str:
     try:
         module = cpp_extension.load(
             name=name,
