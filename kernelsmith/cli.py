@@ -677,6 +677,10 @@ def train_rft(
         epochs: float = typer.Option(2.0, "--epochs"), lr: float = typer.Option(1e-5, "--lr"),
         grad_accum: int = typer.Option(8, "--grad-accum", help="trajectories per optimizer step"),
         max_tokens: int = typer.Option(32768, "--max-tokens", help="longer trajectories are left out, not cut"),
+        max_reply_tokens: Optional[int] = typer.Option(None, "--max-reply-tokens", help="the student's longest reply "
+                                                       "at run time (default: KERNELSMITH_MAX_TOKENS or the "
+                                                       "configured max_tokens); a trajectory with a longer one is "
+                                                       "left out"),
         device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt) -> None:
     """Rejection-sampling fine-tuning: the teacher's verified sessions, selected, then SFT of the student."""
     import contextlib
@@ -699,7 +703,8 @@ def train_rft(
              "precision": precision, "max_turns": max_turns, "context_window": checkpoint_window(str(model))}
     settings = _with_device(load_bench_settings(flags))
     plan = rft.RftPlan(bench_mod.task_files(tasks) if tasks else [], settings, samples, model.resolve(), out.resolve(),
-                       workers, min_reward, rft.RftConfig(epochs=epochs, lr=lr, grad_accum=grad_accum, max_tokens=max_tokens),
+                       workers, min_reward, rft.RftConfig(epochs=epochs, lr=lr, grad_accum=grad_accum, max_tokens=max_tokens,
+                                                          max_reply_tokens=max_reply_tokens or settings.max_tokens),
                        data.resolve() if data else None)
     with contextlib.closing(_make_sandbox("local", settings.device, None)) as pool:
         summary = rft.run(plan, pool, on_row=_print_rollout, on_log=_print_training)

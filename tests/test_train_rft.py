@@ -85,6 +85,17 @@ def test_only_trajectories_fit_to_imitate_are_kept_and_the_rest_counted_by_reaso
     assert not rft.looping(two)  # a tool called again once is not a loop
 
 
+def test_a_reply_longer_than_the_student_may_write_is_not_imitated():
+    """An H100 run's built-in teacher wrote first turns of 2,485-25,615 tokens, its student 384 a reply: it
+    learned to open calls it was always cut off in (tool-call validity 0.00 over 4 PPO steps)."""
+    rng = random.Random(2)
+    short, long = (trajectory(rng, 3.0, turns=[{"start": 6, "end": 10}, {"start": 15, "end": 15 + n}]) for n in (4, 40))
+    kept, reasons = rft.select([short, long], max_reply=39)
+    assert kept == [short] and reasons == {"reply_too_long": 1}
+    assert rft.select([short, long], max_reply=40)[0] == [short, long]  # a reply of exactly the limit fits
+    assert rft.select([short, long])[0] == [short, long]  # no limit given: none applies
+
+
 def test_rft_end_to_end_with_the_builtin_teacher_and_no_api_key(tmp_path):
     """`kernelsmith train rft`: the built-in policy's sessions on a CPU task (verified kernels, no API key),
     exported with the student's tokenizer, selected, and the student fine-tuned on them; then bad input."""
@@ -144,6 +155,10 @@ def test_rft_end_to_end_with_the_builtin_teacher_and_no_api_key(tmp_path):
                        (["--tasks", str(Path(__file__).parent / "data" / "builtin" / "pointwise.py")], "one of them")]:
         refused = subprocess.run(cli + data_args + bad, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert refused.returncode == 2 and words in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+    # a student whose replies are cut at 8 tokens can imitate none of the teacher's turns
+    short = subprocess.run(cli + data_args[:5] + [str(tmp_path / "short")] + data_args[6:] + ["--max-reply-tokens", "8"],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert short.returncode == 2 and "reply_too_long" in short.stderr and "--max-reply-tokens" in short.stderr, short.stderr
 
 
 def test_given_trajectories_must_be_the_students_tokens(student):

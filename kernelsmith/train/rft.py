@@ -26,11 +26,13 @@ class RftConfig:
     grad_accum: int = 8
     max_tokens: int = 32768
     seed: int = 0
+    max_reply_tokens: int | None = None  # the student's longest reply at run time (the hf backend's --max-tokens)
 
 
-def rejection(row: dict, min_reward: float = 0.0) -> str:
+def rejection(row: dict, min_reward: float = 0.0, max_reply: int | None = None) -> str:
     """Why a trajectory is not fit to imitate, or '' (kept): its final reward must exceed min_reward, and it
-    must not hold a harness violation, a loop, or a tool call the tools refused as malformed."""
+    must not hold a harness violation, a loop, a tool call the tools refused as malformed, or a reply longer
+    than the student may write (cut there at run time, the call it learned would never be finished)."""
     if row["rewards"]["final"] <= min_reward:
         return "reward"
     if row.get("flags", {}).get("violations"):
@@ -39,7 +41,14 @@ def rejection(row: dict, min_reward: float = 0.0) -> str:
         return "looping"
     if row.get("flags", {}).get("malformed_calls"):
         return "malformed"
+    if max_reply is not None and longest_reply(row) > max_reply:
+        return "reply_too_long"
     return ""
+
+
+def longest_reply(row: dict) -> int:
+    """Tokens of the trajectory's longest policy turn (its spans are the rendered replies)."""
+    return max((t["end"] - t["start"] for t in row.get("turns") or []), default=0)
 
 
 def looping(messages: list[dict]) -> bool:
@@ -53,10 +62,10 @@ def looping(messages: list[dict]) -> bool:
     return False
 
 
-def select(rows: list[dict], min_reward: float = 0.0) -> tuple[list[dict], Counter]:
+def select(rows: list[dict], min_reward: float = 0.0, max_reply: int | None = None) -> tuple[list[dict], Counter]:
     """The trajectories kept, and the count of each rejection reason."""
-    reasons = Counter(rejection(r, min_reward) for r in rows)
-    kept = [r for r in rows if not rejection(r, min_reward)]
+    reasons = Counter(rejection(r, min_reward, max_reply) for r in rows)
+    kept = [r for r in rows if not rejection(r, min_reward, max_reply)]
     reasons.pop("", None)
     return kept, reasons
 
@@ -125,13 +134,14 @@ def run(plan: RftPlan, sandbox, on_row=None, on_log=None) -> dict:
     """Sample the teacher (OUT/rollouts), export with the student's tokenizer (OUT/trajectories.jsonl), or take
     the trajectories of plan.data; select, fine-tune: the student's checkpoint is written to OUT."""
     rows, made = _teacher(plan, sandbox, on_row) if plan.data is None else _given(plan)
-    kept, reasons = select(rows, plan.min_reward)
+    kept, reasons = select(rows, plan.min_reward, plan.config.max_reply_tokens)
     selection = {**made, "trajectories": len(rows), "kept": len(kept), "rejected": dict(reasons)}
     plan.out.mkdir(parents=True, exist_ok=True)
     (plan.out / "rft.json").write_text(json.dumps(selection, indent=1) + "\n")
     if not kept:
         raise BadInput(f"no trajectory is fit to imitate ({_reasons(reasons, made['skipped_sessions'])})",
-                       "sample more (--samples), give the teacher more turns, or lower --min-reward")
+                       "sample more (--samples), give the teacher more turns, lower --min-reward, "
+                       "or let the student write longer replies (--max-reply-tokens)")
     return {**selection, **finetune(kept, plan.model, plan.out, plan.config, plan.settings.device, on_log)}
 
 
