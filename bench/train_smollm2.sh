@@ -33,7 +33,11 @@ DEVICE=${DEVICE:-cuda}; KB=${KB:-.dev/kernelbench}; GGUF=${GGUF:-$W/smol/llm_smo
 SYNTH_FROM=${SYNTH_FROM:-.dev/synth-prev}
 # the dev subset the policy is also evaluated on, before and after (KernelBench paths under $KB)
 DEV=${DEV:-"level2/45_Gemm_Sigmoid_LogSumExp level2/9_Matmul_Subtract_Multiply_ReLU level2/29_Matmul_Mish_Mish level2/53_Gemm_Scaling_Hardtanh_GELU"}
-export KERNELSMITH_MAX_TOKENS=${KERNELSMITH_MAX_TOKENS:-384}  # new tokens per model turn
+# new tokens per model turn. `train rft` leaves out a teacher trajectory with a longer reply (the student could
+# never finish it): the built-in teacher's shortest first reply was 2,485 tokens on the H100 (2026-12-06), so at
+# 384 RFT keeps none and the run stops there, saying so. Longer replies need faster generation first (77-106
+# policy tokens a second over a round of 6 rollouts there): docs/train.md, fourth try
+export KERNELSMITH_MAX_TOKENS=${KERNELSMITH_MAX_TOKENS:-384}
 START=$(date +%s); mkdir -p "$W" "$OUT"
 left() { echo $((LIMIT - ($(date +%s) - START))); }
 log() { echo "[$(date +%T)] $*" | tee -a "$W/pipeline.log"; }
