@@ -630,6 +630,10 @@ def train_import(
     console.print(f"checkpoint: {escape(summary['out'])}", soft_wrap=True)
 
 
+OneCallOpt = typer.Option(False, "--one-call-per-reply", help="a reply that made several tool calls becomes one "
+                          "reply per call, each followed by its output (for a student whose replies are capped)")
+
+
 @train_app.command("trajectories")
 def train_trajectories(
         targets: List[str] = typer.Argument(..., help="workdirs (all their sessions), folders of workdirs, "
@@ -640,7 +644,8 @@ def train_trajectories(
         tokenizer: Optional[Path] = typer.Option(None, "--tokenizer",
                                                  help="local tokenizer folder whose chat template renders the chats"),
         workdir: Optional[Path] = typer.Option(None, "--workdir", "-w",
-                                               help="workdir of session ids (default: .)")) -> None:
+                                               help="workdir of session ids (default: .)"),
+        one_call_per_reply: bool = OneCallOpt) -> None:
     """Export session records as trajectories: rendered chat, token ids, policy-token mask, rewards."""
     from kernelsmith.train import trajectories as tr
 
@@ -650,7 +655,7 @@ def train_trajectories(
         raise BadInput(f"no session records in {', '.join(targets)}",
                        "give workdirs with sessions (.kernelsmith/sessions/), session folders or events.jsonl files")
     loaded = tr.load_tokenizer(tokenizer)
-    summary = tr.export_trajectories(paths, loaded, tokenizer, out, min_reward)
+    summary = tr.export_trajectories(paths, loaded, tokenizer, out, min_reward, one_call_per_reply)
     for note in summary.notes:  # on stderr: the ledger's claims and keys, as `kernelsmith log` prints them
         print(f"note: {note}", file=sys.stderr)
     _report_trajectories(summary, out)
@@ -681,6 +686,7 @@ def train_rft(
                                                        "at run time (default: KERNELSMITH_MAX_TOKENS or the "
                                                        "configured max_tokens); a trajectory with a longer one is "
                                                        "left out"),
+        one_call_per_reply: bool = OneCallOpt,
         device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt) -> None:
     """Rejection-sampling fine-tuning: the teacher's verified sessions, selected, then SFT of the student."""
     import contextlib
@@ -705,7 +711,7 @@ def train_rft(
     plan = rft.RftPlan(bench_mod.task_files(tasks) if tasks else [], settings, samples, model.resolve(), out.resolve(),
                        workers, min_reward, rft.RftConfig(epochs=epochs, lr=lr, grad_accum=grad_accum, max_tokens=max_tokens,
                                                           max_reply_tokens=max_reply_tokens or settings.max_tokens),
-                       data.resolve() if data else None)
+                       data.resolve() if data else None, one_call_per_reply)
     with contextlib.closing(_make_sandbox("local", settings.device, None)) as pool:
         summary = rft.run(plan, pool, on_row=_print_rollout, on_log=_print_training)
     _report_rft(summary)

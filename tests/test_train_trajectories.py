@@ -149,6 +149,30 @@ def test_only_the_policys_tokens_are_masked_in_and_they_decode_to_its_messages(r
     assert line["stats"] == {"tokens": len(ids), "policy_tokens": sum(mask)}
 
 
+def test_one_call_per_reply_splits_each_reply_at_its_calls_and_keeps_every_output_after_its_own_call(real, chatml, tmp_path):
+    _, (whole,) = export(real["workdir"], "--out", tmp_path / "w.jsonl", "--tokenizer", chatml)
+    code, (line,) = export(real["workdir"], "--out", tmp_path / "s.jsonl", "--tokenizer", chatml, "--one-call-per-reply")
+    assert code == 0 and (whole["replies"], line["replies"]) == ("as made", "one call each")
+    tokenizer, ids, mask = load(chatml), line["input_ids"], line["loss_mask"]
+    assert ids == tokenizer(line["text"], add_special_tokens=False)["input_ids"]  # re-tokenised as rendered
+    # turn 2 made 4 calls and turn 3 two: one reply each, the turn's text with its first call
+    assert [s["turn"] for s in line["turns"]] == [1, 2, 2, 2, 2, 3, 3, 4, 5]
+    masked = [tokenizer.decode(ids[a:b]) for a, b in runs_of(mask, 1)]
+    assert all(m.count("<tool_call>") <= 1 for m in masked) and masked[5].startswith("Now a shortcut.<tool_call>")
+    assert "".join(masked).count("<tool_call>") == sum(len(m.get("tool_calls") or []) for m in whole["messages"]) == 8
+    # each call is answered right after it: the chat alternates reply, output through turn 2's four calls
+    roles = [(m["role"], [c["function"]["name"] for c in m.get("tool_calls") or []]) for m in line["messages"]]
+    at = roles.index(("assistant", ["bash"]))
+    assert roles[at:at + 8] == [("assistant", ["bash"]), ("tool", []), ("assistant", ["write_file"]), ("tool", []),
+                                ("assistant", ["write_file"]), ("tool", []), ("assistant", ["verify"]), ("tool", [])]
+    calls = {c["id"]: i for i, m in enumerate(line["messages"]) for c in m.get("tool_calls") or []}
+    assert all(calls[m["tool_call_id"]] == i - 1 for i, m in enumerate(line["messages"]) if m["role"] == "tool")
+    # the milestone of a turn's verify sits on that turn's last reply, the verify call itself
+    ends = {s["turn"]: s["end"] - 1 for s in line["turns"]}
+    assert [(r["turn"], r["reward"], r["token"]) for r in line["rewards"]["turns"]] == [(2, 1.0, ends[2]), (3, -1.0, ends[3])]
+    assert max(s["end"] - s["start"] for s in line["turns"]) < max(s["end"] - s["start"] for s in whole["turns"])
+
+
 def test_turn_rewards_sit_on_the_turns_that_verified_and_the_final_reward_is_the_best_commits(real, chatml, tmp_path):
     # a session id prefix, looked up in --workdir
     _, (line,) = export(real["session"][:18], "--workdir", real["workdir"], "--out", tmp_path / "t.jsonl",

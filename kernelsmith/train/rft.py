@@ -128,6 +128,7 @@ class RftPlan:
     min_reward: float = 0.0
     config: RftConfig = field(default_factory=RftConfig)
     data: Path | None = None  # trajectories already exported: no teacher is sampled
+    one_call_per_reply: bool = False  # the teacher's replies of several calls exported as one reply per call
 
 
 def run(plan: RftPlan, sandbox, on_row=None, on_log=None) -> dict:
@@ -149,7 +150,8 @@ def _teacher(plan: RftPlan, sandbox, on_row) -> tuple[list[dict], dict]:
     from kernelsmith.train import sessions, value
 
     rows = sessions.play(plan.settings, plan.tasks, plan.samples, plan.workers, plan.out / "rollouts", sandbox, on_row)
-    exported = sessions.export(plan.out / "rollouts", plan.model, plan.out / "trajectories.jsonl")
+    exported = sessions.export(plan.out / "rollouts", plan.model, plan.out / "trajectories.jsonl",
+                               plan.one_call_per_reply)
     return value.read_trajectories(plan.out / "trajectories.jsonl"), {"sessions": len(rows),
                                                                        "skipped_sessions": exported.skipped}
 

@@ -18,9 +18,10 @@ def play(settings, tasks: list[Path], runs: int, workers: int, folder: Path, san
     return bench.run_bench(plan, tasks, sandbox, on_row)
 
 
-def export(folder: Path, model: Path, out: Path):
+def export(folder: Path, model: Path, out: Path, one_call_per_reply: bool = False):
     """The sessions played into `folder` as trajectories rendered with `model`'s tokenizer, written to `out`."""
     from kernelsmith.train import trajectories
 
     paths = trajectories.session_files([str(folder / "workdirs")], folder)
-    return trajectories.export_trajectories(paths, trajectories.load_tokenizer(model), model, out)
+    return trajectories.export_trajectories(paths, trajectories.load_tokenizer(model), model, out,
+                                            one_call_per_reply=one_call_per_reply)
