@@ -764,7 +764,11 @@ def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candid
     if not result.clean:  # past the violation bound: the candidate's extra time against eager's
         assert any("parent's clock" in v for v in result.violations), result.violations
         return
-    assert "after the candidate was loaded" in result.contended or charged > 25, (result.timings_ms, result.notes)
+    assert result.contended or charged > 25, (result.timings_ms, result.notes)
+    # withheld for what it did, unless the machine itself looked busy (CI under other load, 2026-12-06: eager
+    # spread 0.27-0.50 ms), which withholds the speed-up as well and hides the attack's signal in the load's
+    if result.contended and "looked busy" not in result.contended:
+        assert "after the candidate was loaded" in result.contended, result.contended
     assert result.reward <= 1.0
 
 
