@@ -764,10 +764,12 @@ def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candid
     if not result.clean:  # past the violation bound: the candidate's extra time against eager's
         assert any("parent's clock" in v for v in result.violations), result.violations
         return
-    assert result.contended or charged > 25, (result.timings_ms, result.notes)
+    if not result.contended:  # not withheld: then the work is charged, and the speed is the honest one
+        assert charged > 0 and any("charged to the candidate" in n for n in result.notes), (result.timings_ms, result.notes)
+        return
     # withheld for what it did, unless the machine itself looked busy (CI under other load, 2026-12-06: eager
     # spread 0.27-0.50 ms), which withholds the speed-up as well and hides the attack's signal in the load's
-    if result.contended and "looked busy" not in result.contended:
+    if "looked busy" not in result.contended:
         assert "after the candidate was loaded" in result.contended, result.contended
     assert result.reward <= 1.0
 
