@@ -699,6 +699,8 @@ def train_rft(
         raise BadInput(f"unknown --teacher {teacher!r}", f"one of {', '.join(rft.TEACHERS)}")
     if samples < 1:
         raise BadInput(f"--samples must be at least 1, not {samples}")
+    if max_reply_tokens is not None and max_reply_tokens < 1:
+        raise BadInput(f"--max-reply-tokens must be at least 1, not {max_reply_tokens}")
     if bool(tasks) == (data is not None):
         raise BadInput("give --tasks (a teacher works on them) or --data (trajectories already exported), one of them")
     if not (model / "config.json").is_file():
@@ -710,7 +712,8 @@ def train_rft(
     settings = _with_device(load_bench_settings(flags))
     plan = rft.RftPlan(bench_mod.task_files(tasks) if tasks else [], settings, samples, model.resolve(), out.resolve(),
                        workers, min_reward, rft.RftConfig(epochs=epochs, lr=lr, grad_accum=grad_accum, max_tokens=max_tokens,
-                                                          max_reply_tokens=max_reply_tokens or settings.max_tokens),
+                                                          max_reply_tokens=max_reply_tokens if max_reply_tokens is not None
+                                                          else settings.max_tokens),
                        data.resolve() if data else None, one_call_per_reply)
     with contextlib.closing(_make_sandbox("local", settings.device, None)) as pool:
         summary = rft.run(plan, pool, on_row=_print_rollout, on_log=_print_training)

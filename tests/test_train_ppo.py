@@ -179,8 +179,8 @@ def test_a_resumed_steps_rates_count_only_the_sessions_this_call_played():
              {"session_id": "s2", "messages": [{"tool_calls": [{}, {}]}], "flags": {}, "stats": {"policy_tokens": 100}}]
     fresh = _env_numbers(rows, lines, 10.0)
     assert (fresh["env_steps_per_s"], fresh["rollout_tokens_per_s"], fresh["tool_call_validity"]) == (0.6, 50.0, 0.75)
-    half = _env_numbers(rows, lines, 10.0, earlier={"a#0"})
+    half = _env_numbers(rows, lines, 10.0, earlier={("", "a", 0)})
     assert (half["env_steps_per_s"], half["rollout_tokens_per_s"], half["resumed_sessions"]) == (0.2, 10.0, 1)
     assert half["tool_call_validity"] == 0.75  # validity is over every session of the step
-    replayed = _env_numbers(rows, lines, 0.01, earlier={"a#0", "b#0"})
+    replayed = _env_numbers(rows, lines, 0.01, earlier={("", "a", 0), ("", "b", 0)})
     assert replayed["env_steps_per_s"] is None and replayed["rollout_tokens_per_s"] is None

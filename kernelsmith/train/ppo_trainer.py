@@ -231,25 +231,22 @@ def rollouts(plan: PpoPlan, step: int, sandbox, on_row=None) -> tuple[list[dict]
     return value.fitting(lines, plan.config.max_tokens)[0], _env_numbers(rows, lines, wall, earlier)
 
 
-def _played(folder: Path) -> set[str]:
-    """Sessions a killed call already played into the step's folder (a --resume keeps them)."""
-    path = folder / "rows.jsonl"
-    if not path.is_file():
-        return set()
-    return {_row_key(json.loads(line)) for line in path.read_text().splitlines() if line.strip()}
+def _played(folder: Path) -> set[tuple]:
+    """Sessions a killed call already ended in the step's folder: the fleet's resume keeps them, unplayed."""
+    from kernelsmith.agent.fleet import RowLog
+
+    return set(RowLog(folder).finished())
 
 
-def _row_key(row: dict) -> str:
-    return f"{row.get('task')}#{row.get('run')}"
-
-
-def _env_numbers(rows: list[dict], lines: list[dict], wall: float, earlier: set[str] = frozenset()) -> dict:
+def _env_numbers(rows: list[dict], lines: list[dict], wall: float, earlier: set[tuple] = frozenset()) -> dict:
     """Tool-call validity over all the step's sessions; the rates over those played in this call alone, whose
     time `wall` is (a resumed step's earlier sessions took time a killed call never logged). No fresh session
     (the step's rollouts were all played before a kill): no rates, rather than tokens over zero seconds."""
     calls = sum(sum(len(m.get("tool_calls") or []) for m in line["messages"]) for line in lines)
     malformed = sum(line.get("flags", {}).get("malformed_calls", 0) for line in lines)
-    fresh = [r for r in rows if _row_key(r) not in earlier]
+    from kernelsmith.agent.fleet import row_key
+
+    fresh = [r for r in rows if row_key(r) not in earlier]
     ids = {r.get("session_id") for r in fresh}
     turns = sum(r.get("turns") or 0 for r in fresh)
     # the policy's own tokens over the rollouts' wall time (generation, builds and evaluations together)

@@ -64,10 +64,9 @@ def looping(messages: list[dict]) -> bool:
 
 def select(rows: list[dict], min_reward: float = 0.0, max_reply: int | None = None) -> tuple[list[dict], Counter]:
     """The trajectories kept, and the count of each rejection reason."""
-    reasons = Counter(rejection(r, min_reward, max_reply) for r in rows)
-    kept = [r for r in rows if not rejection(r, min_reward, max_reply)]
-    reasons.pop("", None)
-    return kept, reasons
+    verdicts = [rejection(r, min_reward, max_reply) for r in rows]
+    reasons = Counter(v for v in verdicts if v)
+    return [r for r, v in zip(rows, verdicts) if not v], reasons
 
 
 def dataset(rows: list[dict], max_tokens: int):
