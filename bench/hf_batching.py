@@ -1,6 +1,8 @@
 """Tokens a second that N sessions' policies write at once: each thread with its own copy of the model calling
 `generate` (how the hf backend ran before), against one shared policy that batches the turns that come together
-(kernelsmith/backends/hf_batching.py). Greedy, the same prompts in both, each thread K turns.
+(kernelsmith/backends/hf_batching.py), and against transformers' continuous batching (hf_continuous.py, the
+GPU's default). Greedy, the same prompts in each, each thread K turns of the same length: the batched engine's
+best case (its batch runs to its longest row; here no row is shorter).
 
     python bench/hf_batching.py CHECKPOINT --sessions 4 --turns 3 --tokens 64 [--device cuda]
 
@@ -9,6 +11,7 @@ CHECKPOINT: any local causal LM folder (the tests' tiny Llama: python bench/hf_b
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -68,6 +71,17 @@ def _threads(session, count: int, written: list[int]) -> int:
     return sum(written)
 
 
+def _with_engine(engine: str, shared_policy, path: Path, device: str):
+    """The shared policy on one engine (hf_batching.engine reads KERNELSMITH_HF_ENGINE when it loads)."""
+    os.environ["KERNELSMITH_HF_ENGINE"] = engine
+    return shared_policy(path, device, 0)
+
+
+def _wanted(name: str, ways: str) -> bool:
+    short = {"a model per session": "separate", "one shared policy, batched": "batched", "continuous batching": "continuous"}
+    return short[name] in ways.split(",")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=Path, nargs="?")
@@ -78,6 +92,8 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=3, help="each way this many times, alternating")
     parser.add_argument("--threads", type=int, help="torch's intra-op threads (default: torch's)")
+    parser.add_argument("--ways", default="separate,batched,continuous",
+                        help="which of: separate (a model per session), batched, continuous")
     args = parser.parse_args()
     path = args.checkpoint or tiny(args.tiny)
     import torch
@@ -89,8 +105,10 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     asks, how = prompts(tokenizer, args.sessions), sampling(tokenizer, args.tokens)
-    ways = {"a model per session": (separate, load_copies(path, args.device, args.sessions)),
-            "one shared policy, batched": (shared, shared_policy(path, args.device, 0))}
+    ways = {"a model per session": (separate, lambda: load_copies(path, args.device, args.sessions)),
+            "one shared policy, batched": (shared, lambda: _with_engine("batched", shared_policy, path, args.device)),
+            "continuous batching": (shared, lambda: _with_engine("continuous", shared_policy, path, args.device))}
+    ways = {name: (way, load()) for name, (way, load) in ways.items() if _wanted(name, args.ways)}
     print(f"{args.sessions} sessions x {args.turns} turns x {args.tokens} tokens, greedy, {args.device}, "
           f"{torch.get_num_threads()} torch threads; models loaded before timing; wall and process CPU seconds")
     print("| way | round | tokens | wall s | CPU s | tokens per wall second |\n| --- | --- | --- | --- | --- | --- |")

@@ -189,3 +189,57 @@ def test_a_checkpoint_written_over_is_loaded_again(student, tmp_path):
         time.sleep(0.05)
     assert not first._serving
     assert first.generate(ids, how) == before == second.generate(ids, how)  # one still holding it is served
+
+
+def test_continuous_batching_gives_each_session_its_own_reply_and_a_failed_request_fails_alone(student, monkeypatch):
+    """The GPU's default engine (transformers' continuous batching, hf_continuous.py), run here on the CPU:
+    sessions that ask at once get what they would have got alone (greedy), and a prompt the paged cache
+    cannot hold fails that turn with an error while the others are served, then and after."""
+    import threading
+
+    from kernelsmith.backends.hf_batching import shared_policy
+    from kernelsmith.backends.hf_continuous import ContinuousPolicy
+
+    asks = [[{"role": "user", "content": "Write a kernel. " * n}] for n in (1, 5, 9, 14)]
+    alone = [HFBackend(str(student), max_tokens=12, device="cpu", temperature=0.0).complete("You write kernels.", a, []).text
+             for a in asks]
+    monkeypatch.setenv("KERNELSMITH_HF_ENGINE", "continuous")
+    monkeypatch.setenv("KERNELSMITH_HF_KV_TOKENS", "1024")
+    policy = shared_policy(student, "cpu", 0)
+    assert isinstance(policy, ContinuousPolicy)
+    backends = [HFBackend(str(student), max_tokens=12, device="cpu", temperature=0.0) for _ in asks]
+    together, barrier = [None] * len(asks), threading.Barrier(len(asks) + 1)
+    too_long: list = []
+
+    def turn(i: int) -> None:
+        barrier.wait()
+        try:
+            together[i] = backends[i].complete("You write kernels.", asks[i], []).text
+        except Exception as err:  # noqa: BLE001  shown by the assertion below
+            together[i] = repr(err)
+
+    def overflow() -> None:
+        barrier.wait()
+        ids = policy.tokenizer("kernel " * 1500, add_special_tokens=False)["input_ids"]
+        try:
+            policy.generate(ids, backends[0]._sampling(policy.tokenizer))
+        except RuntimeError as err:
+            too_long.append(str(err))
+
+    threads = [threading.Thread(target=turn, args=(i,)) for i in range(len(asks))] + [threading.Thread(target=overflow)]
+    [t.start() for t in threads]
+    [t.join(120) for t in threads]
+    assert together == alone
+    assert len(too_long) == 1 and "generation failed" in too_long[0], too_long
+    assert backends[1].complete("You write kernels.", asks[1], []).text == alone[1]  # served after the failure
+    policy.retire()
+
+
+def test_bad_engine_settings_are_one_line_errors(student, monkeypatch):
+    monkeypatch.setenv("KERNELSMITH_HF_ENGINE", "warp")
+    with pytest.raises(BadInput, match="KERNELSMITH_HF_ENGINE='warp'"):
+        HFBackend(str(student))
+    monkeypatch.setenv("KERNELSMITH_HF_ENGINE", "batched")
+    monkeypatch.setenv("KERNELSMITH_HF_KV_TOKENS", "0")
+    with pytest.raises(BadInput, match="positive number of tokens"):
+        HFBackend(str(student))

@@ -59,6 +59,9 @@ class HFBackend(BackendBase):
         self.model, self.path = str(model), Path(model)
         self.max_new_tokens, self.temperature, self.seed = max_tokens or DEFAULT_MAX_NEW_TOKENS, temperature, seed
         self.device, self.turn = device, 0
+        from kernelsmith.backends.hf_batching import check_settings
+
+        check_settings()
         self._tokenizer = self._policy = None
 
     def _load(self):

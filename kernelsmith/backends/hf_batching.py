@@ -10,11 +10,14 @@ waits at most GATHER_S for others to join its batch, and requests with the same 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kernelsmith.errors import BadInput
 
 GATHER_S = 0.02  # how long the first request of a batch waits for others (a turn's generation takes seconds)
 MAX_BATCH = 16
@@ -30,12 +33,10 @@ class _Request:
 class SharedPolicy:
     """A checkpoint's tokenizer and model, loaded once, and the thread that generates for every session."""
 
-    def __init__(self, path: Path, device: str, seed: int):
+    def __init__(self, tokenizer, model, seed: int):
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        self.model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True).to(device).eval()
+        self.tokenizer, self.model = tokenizer, model
         torch.manual_seed(seed)
         self.batches: list[int] = []  # the size of each generate call, for tests and reports
         self._queue: list[_Request] = []
@@ -112,7 +113,7 @@ def _until_end(new: list[int], eos) -> list[int]:
     return new
 
 
-_POLICIES: dict[tuple[str, str], tuple[tuple, SharedPolicy]] = {}
+_POLICIES: dict[tuple[str, str, str], tuple[tuple, object]] = {}  # a SharedPolicy or a ContinuousPolicy
 _LOADING = threading.Lock()  # transformers' lazy imports race when sessions load at once (ImportError)
 
 
@@ -123,12 +124,61 @@ def shared_policy(path: Path, device: str | None, seed: int) -> SharedPolicy:
         import torch
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        key, files = (str(Path(path).resolve()), device), _fingerprint(Path(path))
+        key, files = (str(Path(path).resolve()), device, engine_setting()), _fingerprint(Path(path))
         if key not in _POLICIES or _POLICIES[key][0] != files:
             if key in _POLICIES:
                 _POLICIES.pop(key)[1].retire()
-            _POLICIES[key] = (files, SharedPolicy(Path(path), device, seed))
+            _POLICIES[key] = (files, _load(Path(path), device, seed))
         return _POLICIES[key][1]
+
+
+ENGINES = ("auto", "continuous", "batched")
+
+
+def check_settings() -> None:
+    """Refuse bad KERNELSMITH_HF_* values when the backend is made, before any session starts."""
+    engine_setting(), kv_tokens_setting()
+
+
+def engine_setting() -> str:
+    chosen = os.environ.get("KERNELSMITH_HF_ENGINE", "auto")
+    if chosen not in ENGINES:
+        raise BadInput(f"KERNELSMITH_HF_ENGINE={chosen!r} is not one of {', '.join(ENGINES)}")
+    return chosen
+
+
+def kv_tokens_setting() -> int | None:
+    value = os.environ.get("KERNELSMITH_HF_KV_TOKENS")
+    if value is not None and (not value.isdigit() or int(value) < 1):
+        raise BadInput(f"KERNELSMITH_HF_KV_TOKENS={value!r} is not a positive number of tokens")
+    return int(value) if value else None
+
+
+def engine(device: str, model) -> str:
+    """KERNELSMITH_HF_ENGINE, or by default continuous batching on the GPU where transformers has it, and the
+    batched `generate` on the CPU (where a step costs the model's arithmetic, not its launches)."""
+    chosen = engine_setting()
+    if chosen == "auto":
+        return "continuous" if device.startswith("cuda") and hasattr(model, "init_continuous_batching") else "batched"
+    return chosen
+
+
+def kv_tokens(model) -> int:
+    """KERNELSMITH_HF_KV_TOKENS, or room for MAX_BATCH requests at the model's context (8192 at most each)."""
+    context = min(getattr(model.config, "max_position_embeddings", None) or 8192, 8192)
+    return kv_tokens_setting() or MAX_BATCH * context
+
+
+def _load(path: Path, device: str, seed: int):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kernelsmith.backends.hf_continuous import ContinuousPolicy
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True).to(device).eval()
+    if engine(device, model) == "continuous":
+        return ContinuousPolicy(tokenizer, model, seed, kv_tokens(model))
+    return SharedPolicy(tokenizer, model, seed)
 
 
 def _fingerprint(folder: Path) -> tuple:
