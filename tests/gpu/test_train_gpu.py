@@ -58,3 +58,33 @@ def test_value_pretraining_on_the_gpu_learns_the_outcome(tmp_path):
     summary = value.train(rows, folder, tmp_path / "critic", cfg, device="cuda")
     assert summary["last"]["value_loss"] < 0.2 * summary["first"]["value_loss"], summary
     assert summary["last"]["explained_variance"] > 0.5, summary["last"]
+
+
+def test_the_gpu_default_engine_serves_sessions_at_once_as_each_alone(tmp_path, monkeypatch):
+    """On the GPU the hf backend generates through transformers' continuous batching (hf_continuous.py): eight
+    sessions asking at once get the greedy replies the batched generate gives each alone."""
+    import threading
+
+    from kernelsmith.backends import hf_batching
+    from kernelsmith.backends.hf_continuous import ContinuousPolicy
+    from tinymodels import CHATML, CORPUS, build_tokenizer
+
+    folder = tiny_llama(build_tokenizer(tmp_path / "m", CHATML, CORPUS, vocab_size=3000), vocab_size=3000)
+    monkeypatch.setenv("KERNELSMITH_HF_ENGINE", "batched")
+    batched = hf_batching.shared_policy(folder, "cuda", 0)
+    ids = [batched.tokenizer("Write a kernel. " * n, add_special_tokens=False)["input_ids"] for n in range(1, 9)]
+    how = {"max_new_tokens": 40, "do_sample": False, "pad_token_id": 0, "eos_token_id": batched.tokenizer.eos_token_id}
+    alone = [batched.generate(i, how) for i in ids]
+    monkeypatch.delenv("KERNELSMITH_HF_ENGINE")
+    policy = hf_batching.shared_policy(folder, "cuda", 0)
+    assert isinstance(policy, ContinuousPolicy)
+    together = [None] * len(ids)
+
+    def turn(k: int) -> None:
+        together[k] = policy.generate(ids[k], how)
+
+    threads = [threading.Thread(target=turn, args=(k,)) for k in range(len(ids))]
+    [t.start() for t in threads]
+    [t.join(120) for t in threads]
+    assert together == alone
+    policy.retire()
