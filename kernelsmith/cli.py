@@ -576,6 +576,10 @@ def revert(rev: str = typer.Argument(..., help="a kernel commit (sha or prefix, 
     repo = _kernel_repo(workdir)
     sha = repo.revert(rev)
     console.print(f"[green]reverted[/] as {sha[:8]}: {repo.commit_info(sha)['summary']}")
+    if repo.index_note:
+        from rich.markup import escape
+
+        console.print(f"[yellow]warning:[/] {escape(repo.index_note)}", highlight=False)
 
 
 @app.command()

@@ -28,6 +28,7 @@ import os
 import re
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 import git
@@ -76,6 +77,28 @@ _TRAILER_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
 _US, _RS = "\x1f", "\x1e"
 _IN_PROGRESS = {"MERGE_HEAD": "a merge", "rebase-merge": "a rebase", "rebase-apply": "a rebase or am",
                 "CHERRY_PICK_HEAD": "a cherry-pick", "REVERT_HEAD": "a revert"}
+
+
+LOCK_WAITS_S = (0.05, 0.2, 0.5, 1.0)  # git holds a lock for milliseconds: one held after these is stale or long
+_LOCK_HELD = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+
+def _held_lock(err: git.GitCommandError) -> str | None:
+    """The lock file a git command could not take, from its message."""
+    found = _LOCK_HELD.search(str(err.stderr or ""))
+    return found.group(1) if found else None
+
+
+def _past_locks(action):
+    """action(), again after short waits while a git lock file stands in its way (a user's git running)."""
+    for wait in LOCK_WAITS_S:
+        try:
+            return action()
+        except git.GitCommandError as err:
+            if not _held_lock(err):
+                raise
+            time.sleep(wait)
+    return action()
 
 
 def format_trailers(trailers: dict[str, str]) -> str:
@@ -170,6 +193,7 @@ class KernelRepo:
         self.git = self.repo.git
         self.git.pin_filters()
         self.ledger = Ledger(self.root)
+        self.index_note: str | None = None  # the last commit's word on an index it could not update (_advance_branch)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -319,14 +343,29 @@ class KernelRepo:
         return {key: os.environ.get(key, value) for key, value in fallback.items()}
 
     def _advance_branch(self, new: str, old: str, summary: str, paths) -> None:
-        """Move the branch from old to new (refusing if it moved meanwhile) and sync the index for paths."""
+        """Move the branch from old to new (refusing if it moved meanwhile) and sync the index for paths.
+        self.index_note says when the commit landed but the user's index could not follow it."""
+        self.index_note = None
         try:
-            self.git.update_ref("-m", f"commit: {summary}", "HEAD", new, old)
-        except git.GitCommandError:
+            _past_locks(lambda: self.git.update_ref("-m", f"commit: {summary}", "HEAD", new, old))
+        except git.GitCommandError as err:
+            lock = _held_lock(err)
+            if lock:
+                raise BadInput(f"git's lock file {lock} blocks the commit: a git command is running in the workdir, "
+                               "or one was killed and left it", "if none is running, delete that file and try again") from None
             raise BadInput("the branch moved while kernelsmith was committing", "run the command again") from None
         # Only the committed paths are reset in the user's index: anything else they staged stays staged.
         self.git.pin_filters()  # again: the config may have changed since this repo was opened
-        self._index_paths_from("HEAD", paths)
+        try:
+            _past_locks(lambda: self._index_paths_from("HEAD", paths))
+        except git.GitCommandError as err:
+            if not (lock := _held_lock(err)):
+                raise
+            # the commit is on the branch: failing now would hide it; the index still holds the old versions,
+            # which a plain `git commit` would commit back over the kernel, so the user must hear of it
+            self.index_note = (f"committed {new[:8]}, but git's index still holds the old versions of "
+                               f"{', '.join(paths)} (its lock file {lock} is held): once no git command runs, "
+                               f"delete that file if it is still there and run `git reset -q -- {' '.join(paths)}`")
 
     # -- the ledger: which commits kernelsmith made --------------------------------------------
 

@@ -247,3 +247,50 @@ def test_trailers_round_trip():
     text = format_trailers({TRAILER_SESSION: "s1", "Kernelsmith-Note": "two\nlines"})
     assert text == "Kernelsmith-Session: s1\nKernelsmith-Note: two lines"
     assert parse_trailers(text) == {TRAILER_SESSION: "s1", "Kernelsmith-Note": "two lines"}
+
+
+# -- git's lock files, left by a git command that was killed ---------------------------------------
+
+def test_a_stale_branch_lock_is_named_and_the_commit_lands_once_it_is_gone(root):
+    """A killed commit can leave refs/heads/<branch>.lock: the refusal names that file (not "the branch
+    moved"), nothing moves, and the same commit lands once the file is deleted."""
+    repo = git.Repo(root)
+    head = repo.head.commit.hexsha
+    lock = root / ".git" / "refs" / "heads" / f"{repo.active_branch.name}.lock"
+    lock.write_text("")
+    (root / "model_new.py").write_text("# faster\n")
+    with pytest.raises(BadInput, match=r"lock file .*\.lock blocks the commit") as refused:
+        KernelRepo(root).commit_kernel("k", "", {TRAILER_SESSION: "s1"})
+    assert "branch moved" not in str(refused.value) and "delete that file" in refused.value.hint
+    assert repo.head.commit.hexsha == head and (root / "model_new.py").read_text() == "# faster\n"
+    lock.unlink()
+    sha = KernelRepo(root).commit_kernel("k", "", {TRAILER_SESSION: "s1"})
+    assert blob(root, sha, "model_new.py") == "# faster"
+
+
+def test_a_lock_held_for_a_moment_is_waited_out(root):
+    """A user's git command holds its lock for milliseconds: kernelsmith waits, it does not refuse."""
+    import threading
+
+    lock = root / ".git" / "index.lock"
+    lock.write_text("")
+    threading.Timer(0.3, lock.unlink).start()
+    (root / "model_new.py").write_text("# faster\n")
+    repo = KernelRepo(root)
+    sha = repo.commit_kernel("k", "", {TRAILER_SESSION: "s1"})
+    assert repo.index_note is None and staged(root) == ""  # the index followed the commit
+    assert git.Repo(root).head.commit.hexsha == sha
+
+
+def test_a_stale_index_lock_after_the_branch_moved_keeps_the_commit_and_says_so(root):
+    """The branch has moved when the user's index is updated: a stale .git/index.lock then must not hide
+    the commit behind an error, and the user must hear that a plain `git commit` would undo it."""
+    (root / "model_new.py").write_text("# faster\n")
+    (root / ".git" / "index.lock").write_text("")
+    repo = KernelRepo(root)
+    sha = repo.commit_kernel("k", "", {TRAILER_SESSION: "s1"})
+    assert git.Repo(root).head.commit.hexsha == sha and [c["sha"] for c in repo.kernel_commits()] == [sha]
+    assert repo.index_note and "index.lock" in repo.index_note and "git reset -q -- model_new.py" in repo.index_note
+    (root / ".git" / "index.lock").unlink()
+    git.Repo(root).git.reset("-q", "--", "model_new.py", "kernels")  # what the note says to run
+    assert staged(root) == "" and status(root) == ""

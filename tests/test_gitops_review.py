@@ -239,3 +239,15 @@ def test_a_refused_revert_names_only_the_files_the_later_commit_shares_with_it(r
         KernelRepo(root).revert(first)
     assert f"the later commit {later[:8]} also changes kernels/b.cpp; revert that one first" in str(refused.value)
     assert "a.cpp" not in str(refused.value) and "model_new.py" not in str(refused.value)
+
+
+def test_a_revert_behind_a_stale_index_lock_lands_and_warns_in_one_line(root):
+    """`kernelsmith revert` moves the branch, then cannot update git's index under a lock a killed git left:
+    the revert stands, exit 0, and the warning says what a plain `git commit` would otherwise undo."""
+    sha = kernel_commit(root, {"kernels/b.cpp": "// b\n"}, turn=9, eager="2.000x")
+    (root / ".git" / "index.lock").write_text("")
+    proc = ks("revert", sha[:8], "--workdir", root)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "reverted" in proc.stdout and not (root / "kernels" / "b.cpp").exists()
+    said = " ".join(proc.stdout.split())  # rich wraps long lines
+    assert "warning:" in said and "index.lock" in said and "git reset -q" in said, proc.stdout

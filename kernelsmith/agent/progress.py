@@ -53,6 +53,8 @@ class Progress:
                 self._commit(outcome.eval, turn)
             except BadInput as err:  # e.g. a file over the size cap: the agent reads why and can fix it
                 outcome.content += f"\nnot committed: {err}"
+            if self.repo.index_note:
+                outcome.content += f"\n{self.repo.index_note}"
         outcome.content += "\n" + self.best_line()
         return outcome
 

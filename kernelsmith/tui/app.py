@@ -8,6 +8,8 @@ change files ask first. A timer follows a session whose record is still growing 
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 import json
 import subprocess
 import sys
@@ -359,6 +361,8 @@ class ReviewApp(App):
             self.notify(str(err), title="refused", severity="error", timeout=10)
             return False
         self.notify(done)
+        if self.repo.index_note:
+            self.notify(escape(self.repo.index_note), title="git's index", severity="warning", timeout=20)
         self.refresh_views()
         return True
 
