@@ -82,6 +82,10 @@ def test_exported_kernel_imports_fresh_matches_the_reference_and_compiles(workdi
     script = tmp_path / "check.py"
     script.write_text(CHECK)
     env = {**os.environ, "KERNELSMITH_EXPORT_BUILD_DIR": str(tmp_path / "build"), "PYTHONPATH": ""}
+    # an earlier import killed inside cpp_extension left its lock file: this import must not wait on it for ever
+    stale = tmp_path / "build" / json.loads((package / "export.json").read_text())["extension"] / "lock"
+    stale.parent.mkdir(parents=True)
+    stale.touch()
     proc = subprocess.run([sys.executable, script, tmp_path / "out", workdir / "model.py"], capture_output=True,
                           text=True, cwd=tmp_path, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

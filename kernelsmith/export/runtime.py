@@ -10,6 +10,7 @@ verified, with errors that say what was expected.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -49,11 +50,29 @@ def _build():
     sources = [HERE / "binding.cpp"] + sorted(p for p in (HERE / "kernels").iterdir() if p.suffix in suffixes)
     out = build_dir()
     out.mkdir(parents=True, exist_ok=True)
-    return cpp_extension.load(
-        name=MANIFEST["extension"], sources=[str(p) for p in sources],
-        extra_cflags=list(flags["cflags"]), extra_cuda_cflags=list(flags["cuda_flags"]),
-        extra_ldflags=list(flags["ldflags"]), extra_include_paths=[str(HERE), str(HERE / "kernels")],
-        build_directory=str(out), with_cuda=cuda, is_python_module=True, verbose=False)
+    with _build_lock(out):
+        return cpp_extension.load(
+            name=MANIFEST["extension"], sources=[str(p) for p in sources],
+            extra_cflags=list(flags["cflags"]), extra_cuda_cflags=list(flags["cuda_flags"]),
+            extra_ldflags=list(flags["ldflags"]), extra_include_paths=[str(HERE), str(HERE / "kernels")],
+            build_directory=str(out), with_cuda=cuda, is_python_module=True, verbose=False)
+
+
+@contextlib.contextmanager
+def _build_lock(out: Path):
+    """Our flock on the build folder, and under it no stale lock of cpp_extension's. Its lock is a plain file
+    that a build killed midway (Ctrl-C, a timeout) leaves behind, and every later import then waits on it for
+    ever; the kernel drops a flock with its holder, so a file lock found while we hold ours is stale."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: cpp_extension's own lock alone
+        yield
+        return
+    with open(out / "ks-build.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        for name in ("lock", ".ninja_lock"):
+            (out / name).unlink(missing_ok=True)
+        yield
 
 
 # -- the modules behind the op ---------------------------------------------------------------------
