@@ -34,10 +34,11 @@ SYNTH_FROM=${SYNTH_FROM:-.dev/synth-prev}
 # the dev subset the policy is also evaluated on, before and after (KernelBench paths under $KB)
 DEV=${DEV:-"level2/45_Gemm_Sigmoid_LogSumExp level2/9_Matmul_Subtract_Multiply_ReLU level2/29_Matmul_Mish_Mish level2/53_Gemm_Scaling_Hardtanh_GELU"}
 # new tokens per model turn. `train rft` leaves out a teacher trajectory with a longer reply (the student could
-# never finish it): the built-in teacher's shortest first reply was 2,485 tokens on the H100 (2026-12-06), so at
-# 384 RFT keeps none and the run stops there, saying so. Longer replies need faster generation first (77-106
-# policy tokens a second over a round of 6 rollouts there): docs/train.md, fourth try
-export KERNELSMITH_MAX_TOKENS=${KERNELSMITH_MAX_TOKENS:-384}
+# never finish it). The built-in teacher writes every file and the compile in one reply (2,485-25,615 tokens on
+# the H100, 2026-12-06), so RFT exports its replies one tool call each (--one-call-per-reply), whose longest
+# was about 1,070-2,720 tokens there; 2,816 leaves the student room for the longest. Generating that many
+# needs the GPU's continuous batching (backends/hf_continuous.py; 77-106 tokens a second before it)
+export KERNELSMITH_MAX_TOKENS=${KERNELSMITH_MAX_TOKENS:-2816}
 START=$(date +%s); mkdir -p "$W" "$OUT"
 left() { echo $((LIMIT - ($(date +%s) - START))); }
 log() { echo "[$(date +%T)] $*" | tee -a "$W/pipeline.log"; }
@@ -124,7 +125,7 @@ else
   [ -e "$W/.done-rft-tasks" ] || { mkdir -p "$W/rft-tasks" && ls "$W/train"/*.py | sort | head -n "$RFT_TASKS" \
     | xargs -I{} cp {} "$W/rft-tasks/" && touch "$W/.done-rft-tasks"; }
   stage rft $KS train rft --tasks "$W/rft-tasks" --teacher builtin --samples 1 --model "$W/base" --out "$W/rft" \
-    --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE"
+    --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE" --one-call-per-reply
 fi
 stage value $KS train value --data "$W/rft/trajectories.jsonl" --model "$W/rft" --out "$W/critic" --device "$DEVICE"
 PPO_RESUME=$([ -e "$W/ppo/state.json" ] && echo --resume)
