@@ -87,7 +87,8 @@ case "$STEP" in
     timeout ${LIMIT:-540} python3 -m kernelsmith.cli bench $LIST --backend builtin --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out $B 2>&1 | grep -v Warning | tail -60
     for f in rows.jsonl lint.json baselines.json; do [ -f $B/$f ] && cp $B/$f "$OUT/builtin/$f"; done
     # every session's events (turns, tool results, timestamps): where a slow or failed task spent its time
-    (cd $B && find workdirs -name events.jsonl -print0 | tar czf "$OUT/builtin/events.tgz" --null -T -) ;;
+    (cd $B && find workdirs -name events.jsonl -print0 | tar czf "$OUT/builtin/events.tgz" --null -T -)
+    python3 bench/roofline_report.py $B > "$OUT/builtin/roofline.md" 2>&1; tail -3 "$OUT/builtin/roofline.md" ;;
   baselines-per-gpu)  # eager and compile baselines of the tasks given, one task per GPU side by side: max-autotune
                       # alone compiles for 6-8 minutes on the level-3 networks. Seed them into the builtin bench's
                       # cache with: python bench/seed_baselines.py baselines.jsonl --tasks .shared/kernelbench --out $R/builtin_baselines_cache.json
