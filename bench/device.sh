@@ -259,7 +259,8 @@ case "$STEP" in
     python3 -c "import trl, gguf, datasets; print('trl', trl.__version__, 'datasets', datasets.__version__)" || exit 1
     OUT="$OUT" LIMIT=${LIMIT:-560} bash bench/train_smollm2.sh ;;
   hf-engines)  # issue 19: policy tokens a second on the GPU, SmolLM2-135M (the train-smollm2 call's import, or made
-               # here from the joined wheel): a model per session, the batched generate, continuous batching
+               # here from the joined wheel): a model per session, the batched generate, continuous batching.
+               # After train-parts (which carries .carry/a), carrying .carry/c and .whl-train (gguf)
     W=/tmp/ks-train; P=$W/parts; mkdir -p $P; cp -rn .carry/*/. $P/ 2>/dev/null
     python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-index --find-links .whl-train gguf 2>&1 | tail -2
     if [ ! -f $W/base/config.json ]; then
