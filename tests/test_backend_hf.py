@@ -243,3 +243,46 @@ def test_bad_engine_settings_are_one_line_errors(student, monkeypatch):
     monkeypatch.setenv("KERNELSMITH_HF_KV_TOKENS", "0")
     with pytest.raises(BadInput, match="positive number of tokens"):
         HFBackend(str(student))
+
+
+def test_continuous_streams_stop_when_idle_or_retired_and_a_late_turn_is_still_served(student, monkeypatch):
+    """A manager left idle stops and frees its cache (PPO's update wants the GPU); a turn after that, or on a
+    policy already replaced, or meeting a stream that has just stopped, is served by a new manager."""
+    import time
+
+    from kernelsmith.backends import hf_continuous
+    from kernelsmith.backends.hf_batching import shared_policy
+
+    monkeypatch.setenv("KERNELSMITH_HF_ENGINE", "continuous")
+    monkeypatch.setenv("KERNELSMITH_HF_KV_TOKENS", "1024")
+    monkeypatch.setattr(hf_continuous, "IDLE_S", 0.0)
+    policy = shared_policy(student, "cpu", 0)
+    ids = policy.tokenizer("a kernel", add_special_tokens=False)["input_ids"]
+    how = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0, "eos_token_id": policy.tokenizer.eos_token_id}
+    first = policy.generate(ids, how)
+    stream = policy._stream(how)
+    for _ in range(200):  # idle: the router stops it at its next poll, and its generation loop ends
+        if stream.stopped and not stream.manager.is_running():
+            break
+        time.sleep(0.05)
+    assert stream.stopped and not stream.manager.is_running()
+    assert policy.generate(ids, how) == first and policy._stream(how) is not stream
+    stopped = policy._stream(how)
+    stopped.stopped = True  # a stream that stopped between a session taking it and asking it
+    assert policy.generate(ids, how) == first
+    policy.retire()
+    assert policy.generate(ids, how) == first  # a session still holding the replaced policy
+
+
+def test_a_process_that_used_continuous_batching_exits(student):
+    """transformers' generation thread is not a daemon: started as it comes, a bench or PPO process that used
+    the policy never exited (a device call ran to its limit)."""
+    script = ("import sys; from kernelsmith.backends.hf_batching import shared_policy\n"
+              "p = shared_policy(sys.argv[1], 'cpu', 0)\n"
+              "ids = p.tokenizer('a kernel', add_special_tokens=False)['input_ids']\n"
+              "print(len(p.generate(ids, {'max_new_tokens': 4, 'do_sample': False, 'pad_token_id': 0})))\n")
+    env = {**os.environ, "KERNELSMITH_HF_ENGINE": "continuous", "KERNELSMITH_HF_KV_TOKENS": "1024",
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", script, str(student)], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "4", proc.stderr[-2000:]

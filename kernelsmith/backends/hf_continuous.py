@@ -15,11 +15,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+import time
 from concurrent.futures import Future
 
 PER_REQUEST = ("max_new_tokens", "eos_token_id")  # what a request carries itself; the rest picks its manager
 BLOCK_TOKENS = 256  # the paged cache's block: transformers' default
 POLL_S = 0.5
+IDLE_S = 30.0  # a manager with nothing to do this long stops and frees its cache (PPO's update wants the GPU)
+ASKS = 3  # a request that meets a stream just as it stops asks a new one, this many times at most
+
+
+class _Stopped(Exception):
+    """The stream stopped before the request could join it: ask a new one."""
 
 
 class ContinuousPolicy:
@@ -29,6 +36,7 @@ class ContinuousPolicy:
         import torch
 
         self.tokenizer, self.model, self.kv_tokens = tokenizer, model, kv_tokens
+        _paged_once(model)
         torch.manual_seed(seed)
         self.batches: list[int] = []  # hf_batching's report of generate calls: a continuous batch has none
         self._streams: dict[tuple, _Stream] = {}
@@ -45,14 +53,19 @@ class ContinuousPolicy:
             raise RuntimeError(f"generation failed: a prompt of {len(ids)} tokens and {asked.get('max_new_tokens', 0)} "
                                f"new ones do not fit the policy's KV cache of {self.kv_tokens} tokens "
                                "(KERNELSMITH_HF_KV_TOKENS)")
-        new = self._stream(sampling).ask(list(ids), asked)
-        return _until_end(new, sampling.get("eos_token_id"))
+        for _ in range(ASKS):
+            try:
+                return _until_end(self._stream(sampling).ask(list(ids), asked), sampling.get("eos_token_id"))
+            except _Stopped:
+                continue
+        raise RuntimeError("generation failed: the policy's continuous batching kept stopping")
 
     def retire(self) -> None:
-        """A newer copy of the checkpoint replaced this one: its managers stop once their requests are done."""
+        """A newer copy of the checkpoint replaced this one: its managers stop once their requests are done,
+        and a session still holding it is served by a manager that does the same."""
         with self._lock:
             self._retired = True
-            streams, self._streams = list(self._streams.values()), {}
+            streams = list(self._streams.values())
         for stream in streams:
             stream.close()
 
@@ -60,56 +73,82 @@ class ContinuousPolicy:
         key = tuple(sorted((k, v) for k, v in sampling.items() if k not in PER_REQUEST))
         with self._lock:
             stream = self._streams.get(key)
-            if stream is None or not stream.alive():
-                stream = _Stream(self.model, dict(key), self.kv_tokens, once=self._retired)
-                if not self._retired:
-                    self._streams[key] = stream
+            if stream is None or stream.stopped:
+                stream = self._streams[key] = _Stream(self.model, dict(key), self.kv_tokens)
+                if self._retired:
+                    stream.close()
             return stream
+
+
+def _paged_once(model) -> None:
+    """Paged attention for the model's whole life. A manager switches a model to it when it starts and back
+    when it stops: under transformers 5.17 one manager's stop so broke the others' running requests (shapes
+    of the dense attention's mask), and a model already paged is neither switched nor switched back. It also
+    keeps 5.17, which has no auto_switch_to_flash, from switching to a flash attention it finds installed."""
+    impl = getattr(model.config, "_attn_implementation", None) or "sdpa"
+    if not impl.startswith("paged|") and hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(f"paged|{impl}")
 
 
 class _Stream:
     """One running manager and the thread that routes its finished results to the requests' futures."""
 
-    def __init__(self, model, sampling: dict, kv_tokens: int, once: bool = False):
+    def __init__(self, model, sampling: dict, kv_tokens: int):
         from transformers import GenerationConfig
 
         config = GenerationConfig(**sampling)
         self.manager = model.init_continuous_batching(generation_config=config,
                                                       continuous_batching_config=batching_config(kv_tokens))
-        self.manager.start()
+        _start_as_daemon(self.manager)
         self._waiting: dict[str, Future] = {}
         self._lock = threading.Lock()
-        self._closing, self._once = False, once  # once: a retired policy's, for the request it was made for
+        self._closing = self.stopped = False
         threading.Thread(target=self._route, daemon=True, name="hf-continuous").start()
-
-    def alive(self) -> bool:
-        return self.manager.is_running() and not self._closing
 
     def ask(self, ids: list[int], asked: dict) -> list[int]:
         reply: Future = Future()
-        with self._lock:
+        with self._lock:  # the router decides to stop under this lock too: a request joins, or is told to go
+            if self.stopped:
+                raise _Stopped
             request_id = self.manager.add_request(ids, **asked)
             if request_id is None:
-                raise RuntimeError("the policy's continuous batching refused the request (it is stopping)")
+                raise RuntimeError("generation failed: the policy's continuous batching refused the request")
             self._waiting[request_id] = reply
-            self._closing = self._closing or self._once  # registered first: the router stops only after it
         return reply.result()
 
     def close(self) -> None:
-        self._closing = True
+        with self._lock:
+            self._closing = True
 
     def _route(self) -> None:
+        try:
+            self._serve()
+        except BaseException as err:  # noqa: BLE001  no session may wait for ever on a router that died
+            self._stop(RuntimeError(f"generation failed: the policy's result router broke: {err!r}"))
+
+    def _serve(self) -> None:
+        idle_since = time.monotonic()
         while True:
             result = self.manager.get_result(timeout=POLL_S)
             if result is not None:
                 self._deliver(result)
+                idle_since = time.monotonic()
             elif not self.manager.is_running():
-                return self._fail_all(_fatal(self.manager))
-            elif self._closing and not self._pending():
-                return self.manager.stop(block=False)
+                return self._stop(_fatal(self.manager))
+            elif self._stop_if_idle(time.monotonic() - idle_since):
+                return
+
+    def _stop_if_idle(self, idle_s: float) -> bool:
+        """Stop when closing or long idle and no request waits (decided under the lock ask() takes)."""
+        with self._lock:
+            if self._waiting or not (self._closing or idle_s >= IDLE_S):
+                return False
+            self.stopped = True
+        self.manager.stop(block=False)
+        return True
 
     def _deliver(self, result) -> None:
-        if not getattr(result, "is_finished", lambda: True)():
+        if not result.is_finished():
             return  # a streamed partial result (not asked for): the finished one follows
         with self._lock:
             reply = self._waiting.pop(result.request_id, None)
@@ -120,21 +159,29 @@ class _Stream:
         else:
             reply.set_result(list(result.generated_tokens))
 
-    def _pending(self) -> bool:
+    def _stop(self, err: Exception) -> None:
+        """Fail every waiting request with err; no request joins after."""
         with self._lock:
-            return bool(self._waiting)
-
-    def _fail_all(self, err: Exception) -> None:
-        with self._lock:
+            self.stopped = True
             waiting, self._waiting = self._waiting, {}
         for reply in waiting.values():
             reply.set_exception(err)
+        if self.manager.is_running():
+            self.manager.stop(block=False)
+
+
+def _start_as_daemon(manager) -> None:
+    """Start the manager from a daemon thread: transformers' generation thread inherits that, so a process
+    that used the policy can exit (its own thread is not a daemon, and nothing else stops a live policy's)."""
+    starter = threading.Thread(target=manager.start, daemon=True, name="hf-continuous-start")
+    starter.start()
+    starter.join()
 
 
 def _fatal(manager) -> Exception:
     status = getattr(manager, "background_thread_status", None)
     cause = getattr(status, "fatal_error", None)
-    return RuntimeError(f"the policy's generation loop stopped: {cause or 'no reason given'}")
+    return RuntimeError(f"generation failed: the policy's generation loop stopped: {cause or 'no reason given'}")
 
 
 def batching_config(kv_tokens: int):
