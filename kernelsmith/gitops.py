@@ -80,7 +80,7 @@ _IN_PROGRESS = {"MERGE_HEAD": "a merge", "rebase-merge": "a rebase", "rebase-app
 
 
 LOCK_WAITS_S = (0.05, 0.2, 0.5, 1.0)  # git holds a lock for milliseconds: one held after these is stale or long
-_LOCK_HELD = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+_LOCK_HELD = re.compile(r"Unable to create '(.+\.lock)': File exists")  # greedy: a path may hold a quote
 
 
 def _held_lock(err: git.GitCommandError) -> str | None:
@@ -99,6 +99,22 @@ def _past_locks(action):
                 raise
             time.sleep(wait)
     return action()
+
+
+def _action(method):
+    """A public gitops action: the last action's index note cleared, and a git lock file still in the way
+    after _past_locks' waits named in a one-line refusal (a raw GitCommandError crashed the review UI)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        self.index_note = None
+        try:
+            return method(self, *args, **kwargs)
+        except git.GitCommandError as err:
+            if not (lock := _held_lock(err)):
+                raise
+            raise BadInput(f"git's lock file {lock} is in the way: a git command is running in the workdir, "
+                           "or one was killed and left it", "if none is running, delete that file and try again") from None
+    return run
 
 
 def format_trailers(trailers: dict[str, str]) -> str:
@@ -446,6 +462,7 @@ class KernelRepo:
 
     # -- the API -------------------------------------------------------------------------------
 
+    @_action
     def save_user_changes(self, session_id: str) -> str | None:
         """Commit the user's uncommitted work on the paths a session writes (model_new.py,
         kernels/, notes) as a commit of its own before a session, so the session never clobbers
@@ -466,6 +483,7 @@ class KernelRepo:
         self._advance_branch(sha, head, summary, KERNEL_ROOTS)
         return sha
 
+    @_action
     def snapshot_attempt(self, session_id: str, attempt: int, message: str = "") -> str:
         """Record the working versions of KERNEL_PATHS and notes as a commit on top of HEAD,
         under refs/kernelsmith/attempts/<session_id>/<attempt:04d>. HEAD, the branch, the index
@@ -481,13 +499,14 @@ class KernelRepo:
         trailers = {TRAILER_SESSION: session_id, TRAILER_ATTEMPT: str(attempt)}
         sha = self._commit_tree(tree, head, _message(summary, message, trailers))
         self._record("attempt", sha, tree=tree, parents=[head], session=session_id, attempt=attempt, message=message)
-        self.git.update_ref("-m", summary, f"{ATTEMPTS_REF}/{session_id}/{attempt:04d}", sha)
+        _past_locks(lambda: self.git.update_ref("-m", summary, f"{ATTEMPTS_REF}/{session_id}/{attempt:04d}", sha))
         return sha
 
     def has_kernel_changes(self) -> bool:
         """Whether the working kernel paths (and notes) differ from HEAD, i.e. commit_kernel has work."""
         return self._tree_with(KERNEL_ROOTS, refuse_big=False)[0] != self._head_tree()
 
+    @_action
     def commit_kernel(self, summary: str, body: str, trailers: dict[str, str], allow_empty: bool = False) -> str:
         """Commit only KERNEL_PATHS and notes to the current branch; every other change, staged
         or not, stays exactly as it was. trailers must name the session (TRAILER_SESSION).
@@ -593,22 +612,25 @@ class KernelRepo:
         accepts = [e["sha"] for e in self._entries() if e.get("kind") == "accept"]
         return accepts[-1] if accepts else None
 
+    @_action
     def accept(self, rev: str) -> dict:
         """Record a kernel commit as the accepted one: in the ledger, refs/kernelsmith/accepted and
         an annotated tag kernelsmith-accepted-<sha8>. Returns the commit's info and the tag's name."""
         with workdir_lock(self.root, "kernelsmith accept"):
             info = self._kernel_commit_on_branch(rev, "accept")
             tag = ACCEPTED_TAG_PREFIX + info["sha"][:8]
-            self._record("accept", info["sha"])
-            self.git.update_ref("-m", f"kernelsmith accept {info['sha'][:8]}", ACCEPTED_REF, info["sha"])
-            self.git.tag("-f", "-a", tag, "-m", f"kernelsmith: accepted {info['summary']}", info["sha"],
-                         env=self._identity_env())
+            _past_locks(lambda: self.git.update_ref("-m", f"kernelsmith accept {info['sha'][:8]}", ACCEPTED_REF,
+                                                    info["sha"]))
+            _past_locks(lambda: self.git.tag("-f", "-a", tag, "-m", f"kernelsmith: accepted {info['summary']}",
+                                             info["sha"], env=self._identity_env()))
+            self._record("accept", info["sha"])  # last: the ledger's accept (what counts) only once the ref moved
         return {**info, "tag": tag}
 
     def changed_paths(self, sha: str) -> list[str]:
         """The paths a (single-parent) commit changed against its parent."""
         return _nul_split(self.git.diff_tree("--no-commit-id", "--name-only", "-z", "-r", "--root", sha, "--"))
 
+    @_action
     def revert(self, rev: str) -> str:
         """A new commit that undoes a kernelsmith commit; refused with the reason when unsafe
         (rules in _revert_refusal). The working files of the reverted paths follow HEAD."""
@@ -685,6 +707,7 @@ class KernelRepo:
         for path in set(paths) - set(tracked):
             self._remove_working(path)
 
+    @_action
     def restore_attempt(self, rev: str) -> list[str]:
         """Write an attempt snapshot's model_new.py, kernels/ and notes into the working files;
         HEAD, the branch and the index stay as they are. Kernel files the snapshot lacks are

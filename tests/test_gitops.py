@@ -282,9 +282,12 @@ def test_a_lock_held_for_a_moment_is_waited_out(root):
     assert git.Repo(root).head.commit.hexsha == sha
 
 
-def test_a_stale_index_lock_after_the_branch_moved_keeps_the_commit_and_says_so(root):
+@pytest.mark.parametrize("folder", ["wd", "o'brien's wd"])  # git quotes the lock's path: a quote in it too
+def test_a_stale_index_lock_after_the_branch_moved_keeps_the_commit_and_says_so(root, tmp_path, folder):
     """The branch has moved when the user's index is updated: a stale .git/index.lock then must not hide
     the commit behind an error, and the user must hear that a plain `git commit` would undo it."""
+    if folder != "wd":
+        root = root.rename(tmp_path / folder)
     (root / "model_new.py").write_text("# faster\n")
     (root / ".git" / "index.lock").write_text("")
     repo = KernelRepo(root)
@@ -294,3 +297,40 @@ def test_a_stale_index_lock_after_the_branch_moved_keeps_the_commit_and_says_so(
     (root / ".git" / "index.lock").unlink()
     git.Repo(root).git.reset("-q", "--", "model_new.py", "kernels")  # what the note says to run
     assert staged(root) == "" and status(root) == ""
+
+
+def test_a_refused_commit_leaves_no_note_of_the_commit_before_it(root):
+    """The index note belongs to the action that made it: a later action, refused or not, does not repeat it."""
+    from kernelsmith.gitops import MAX_FILE_BYTES
+
+    (root / "model_new.py").write_text("# faster\n")
+    (root / ".git" / "index.lock").write_text("")
+    repo = KernelRepo(root)
+    repo.commit_kernel("k", "", {TRAILER_SESSION: "s1"})
+    assert repo.index_note
+    (root / ".git" / "index.lock").unlink()
+    (root / "kernels" / "big.bin").write_bytes(b"x" * (MAX_FILE_BYTES + 1))
+    with pytest.raises(BadInput):
+        repo.commit_kernel("k2", "", {TRAILER_SESSION: "s1"})
+    assert repo.index_note is None
+
+
+def test_accept_and_attempts_behind_stale_ref_locks_are_one_line_refusals(root):
+    """refs/kernelsmith/accepted.lock or an attempt ref's lock left by a killed git: a BadInput naming the
+    file (a raw GitCommandError crashed the review UI), and no accept in the ledger that the ref never got."""
+    (root / "model_new.py").write_text("# faster\n")
+    repo = KernelRepo(root)
+    sha = repo.commit_kernel("k", "", {TRAILER_SESSION: "s1"})
+    lock = root / ".git" / "refs" / "kernelsmith" / "accepted.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    with pytest.raises(BadInput, match="accepted.lock is in the way"):
+        repo.accept(sha)
+    assert repo.accepted() is None
+    lock.unlink()
+    assert repo.accept(sha)["sha"] == sha and repo.accepted() == sha
+    attempt_lock = root / ".git" / "refs" / "kernelsmith" / "attempts" / "s1" / "0001.lock"
+    attempt_lock.parent.mkdir(parents=True)
+    attempt_lock.write_text("")
+    with pytest.raises(BadInput, match="0001.lock is in the way"):
+        repo.snapshot_attempt("s1", 1)

@@ -45,8 +45,11 @@ class Progress:
         if call.name not in EVAL_TOOLS or outcome.eval is None:
             return outcome
         self.attempts += 1
-        snap = self.repo.snapshot_attempt(self.session_id, self.attempts, f"{call.name} at turn {turn}")
-        self.recorder.emit("attempt", turn=turn, attempt=self.attempts, ref=self._ref(), sha=snap)
+        try:
+            snap = self.repo.snapshot_attempt(self.session_id, self.attempts, f"{call.name} at turn {turn}")
+            self.recorder.emit("attempt", turn=turn, attempt=self.attempts, ref=self._ref(), sha=snap)
+        except BadInput as err:  # a git lock in the way: the attempt goes unrecorded, the session goes on
+            outcome.content += f"\nattempt not recorded: {err}"
         self.recorder.emit("eval_result", turn=turn, tool=call.name, attempt=self.attempts, result=outcome.eval)
         if call.name != "compile" and outcome.ok and self._is_new_best(call.name, outcome.eval):
             try:
