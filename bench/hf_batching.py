@@ -77,11 +77,6 @@ def _with_engine(engine: str, shared_policy, path: Path, device: str):
     return shared_policy(path, device, 0)
 
 
-def _wanted(name: str, ways: str) -> bool:
-    short = {"a model per session": "separate", "one shared policy, batched": "batched", "continuous batching": "continuous"}
-    return short[name] in ways.split(",")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=Path, nargs="?")
@@ -105,10 +100,12 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     asks, how = prompts(tokenizer, args.sessions), sampling(tokenizer, args.tokens)
-    ways = {"a model per session": (separate, lambda: load_copies(path, args.device, args.sessions)),
-            "one shared policy, batched": (shared, lambda: _with_engine("batched", shared_policy, path, args.device)),
-            "continuous batching": (shared, lambda: _with_engine("continuous", shared_policy, path, args.device))}
-    ways = {name: (way, load()) for name, (way, load) in ways.items() if _wanted(name, args.ways)}
+    ways = {"separate": ("a model per session", separate, lambda: load_copies(path, args.device, args.sessions)),
+            "batched": ("one shared policy, batched", shared,
+                        lambda: _with_engine("batched", shared_policy, path, args.device)),
+            "continuous": ("continuous batching", shared,
+                           lambda: _with_engine("continuous", shared_policy, path, args.device))}
+    ways = {name: (way, load()) for key, (name, way, load) in ways.items() if key in args.ways.split(",")}
     print(f"{args.sessions} sessions x {args.turns} turns x {args.tokens} tokens, greedy, {args.device}, "
           f"{torch.get_num_threads()} torch threads; models loaded before timing; wall and process CPU seconds")
     print("| way | round | tokens | wall s | CPU s | tokens per wall second |\n| --- | --- | --- | --- | --- | --- |")

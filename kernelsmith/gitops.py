@@ -112,9 +112,13 @@ def _action(method):
         except git.GitCommandError as err:
             if not (lock := _held_lock(err)):
                 raise
-            raise BadInput(f"git's lock file {lock} is in the way: a git command is running in the workdir, "
-                           "or one was killed and left it", "if none is running, delete that file and try again") from None
+            raise _lock_refusal(lock, "is in the way") from None
     return run
+
+
+def _lock_refusal(lock: str, what: str) -> BadInput:
+    return BadInput(f"git's lock file {lock} {what}: a git command is running in the workdir, or one was killed "
+                    "and left it", "if none is running, delete that file and try again")
 
 
 def format_trailers(trailers: dict[str, str]) -> str:
@@ -360,15 +364,13 @@ class KernelRepo:
 
     def _advance_branch(self, new: str, old: str, summary: str, paths) -> None:
         """Move the branch from old to new (refusing if it moved meanwhile) and sync the index for paths.
-        self.index_note says when the commit landed but the user's index could not follow it."""
-        self.index_note = None
+        self.index_note says when the commit landed but the user's index could not follow it (the public
+        action calling this cleared it first: _action)."""
         try:
             _past_locks(lambda: self.git.update_ref("-m", f"commit: {summary}", "HEAD", new, old))
         except git.GitCommandError as err:
-            lock = _held_lock(err)
-            if lock:
-                raise BadInput(f"git's lock file {lock} blocks the commit: a git command is running in the workdir, "
-                               "or one was killed and left it", "if none is running, delete that file and try again") from None
+            if lock := _held_lock(err):
+                raise _lock_refusal(lock, "blocks the commit") from None
             raise BadInput("the branch moved while kernelsmith was committing", "run the command again") from None
         # Only the committed paths are reset in the user's index: anything else they staged stays staged.
         self.git.pin_filters()  # again: the config may have changed since this repo was opened

@@ -38,7 +38,6 @@ class ContinuousPolicy:
         self.tokenizer, self.model, self.kv_tokens = tokenizer, model, kv_tokens
         _paged_once(model)
         torch.manual_seed(seed)
-        self.batches: list[int] = []  # hf_batching's report of generate calls: a continuous batch has none
         self._streams: dict[tuple, _Stream] = {}
         self._lock = threading.Lock()
         self._retired = False
