@@ -191,6 +191,26 @@ class GroupNormNotSunk(nn.Module):
     def forward(self, x):
         return (self.a(x) + x) + self.b(x) * self.row
 
+class ConvSigmoidGroupNorm(nn.Module):
+    # level2/21's pattern: a convolution, its bias, an add, a scale and a sigmoid, then GroupNorm, which reads in
+    # [N, G, C/G, H*W]: the ops move after that view, into the GroupNorm kernel (passes/view_hoist.py)
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bias, self.scale = nn.Parameter(torch.randn(8, 1, 1)), nn.Parameter(torch.randn(8, 1, 1))
+        self.norm = nn.GroupNorm(4, 8)
+    def forward(self, x):
+        return self.norm(torch.sigmoid((self.conv(x) + self.bias) * self.scale))
+
+class LinearSwishGroupNorm(nn.Module):
+    # level2/37's: a GEMM's swish and a bias before GroupNorm of [N, C] rows
+    def __init__(self, k, n):
+        super().__init__()
+        self.lin, self.bias, self.norm = nn.Linear(k, n), nn.Parameter(torch.randn(n)), nn.GroupNorm(3, n)
+    def forward(self, x):
+        y = self.lin(x)
+        return self.norm(torch.sigmoid(y) * y + self.bias)
+
 class Heads(nn.Module):
     # nn.MultiheadAttention: the head split's q, k^T and v are strided batches read in place
     def __init__(self, dim, heads):
@@ -224,11 +244,14 @@ CASES = {  # module, input shape, dense copies left for GEMM operands
     "conv_not_folded": ("ConvNotFolded()", (2, 4, 5, 6), 0),
     "group_norm_scaled": ("GroupNormScaled()", (2, 8, 3, 5), 0),
     "group_norm_not_sunk": ("GroupNormNotSunk()", (2, 8, 3, 5), 0),
+    "conv_group_norm_hoisted": ("ConvSigmoidGroupNorm()", (2, 3, 7, 6), 0),
+    "linear_group_norm_hoisted": ("LinearSwishGroupNorm(9, 12)", (5, 9), 0),
 }
 CONV_REDUCED = ("convt_mean_depth", "conv_sum_width", "convt_mean_height", "conv3d_mean_height")
 # their GEMMs read a dense operand and the summed weight, or nn.Linear's weight through trans_b: no copy to save
 NOT_STRIDED = ("gemm_sum", "matmul_mean", "gemm_sum_shared", "wide_matmul_mean", "gemm_not_folded", "column_norm",
-               *CONV_REDUCED, "conv_not_folded", "group_norm_scaled", "group_norm_not_sunk")
+               *CONV_REDUCED, "conv_not_folded", "group_norm_scaled", "group_norm_not_sunk",
+               "conv_group_norm_hoisted", "linear_group_norm_hoisted")
 NAMESPACE = {"torch": torch, "nn": torch.nn}
 exec(MODULES, NAMESPACE)  # the same classes the task files define, for the reference
 
@@ -369,6 +392,19 @@ def test_pointwise_ops_after_a_reshape_of_a_kernels_result_join_its_epilogue(tmp
     left = plan_of(tmp_path, "group_norm_not_sunk").plan.groups()
     assert [g.kind for g in left] == ["reduction", "pointwise", "reduction", "pointwise"]
     assert [[op.name for op in g.broadcast_epilogue][-1] for g in left if g.kind == "reduction"] == ["add", "add"]
+
+
+def test_pointwise_ops_before_group_norms_view_run_in_its_kernel(tmp_path):
+    """A convolution's and a GEMM's pointwise ops before GroupNorm run as the normalisation's prologue, in its
+    [N, G, C/G, H*W] view: the library's own output is read twice (statistics, then the result) and the
+    activation between them is never written, one pass fewer than the library's epilogue writing it."""
+    for name, library, ops in (("conv_group_norm_hoisted", "conv", ["add", "add", "mul", "sigmoid"]),
+                               ("linear_group_norm_hoisted", "gemm", ["sigmoid", "mul", "add"])):
+        plan = plan_of(tmp_path, name).plan
+        first, norm = plan.groups()
+        assert first.kind == library and first.epilogue == [], name
+        assert norm.reduce == "welford" and [op.name for op in norm.prologue] == ops, name
+        assert norm.inputs[0].numel == first.outputs[0].numel and len(norm.inputs[0].shape) in (3, 4), name
 
 
 def test_cuda_bindings_check_the_strides_cublas_reads(tmp_path):

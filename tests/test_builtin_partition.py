@@ -90,10 +90,22 @@ def test_max_over_a_dim_becomes_amax_and_argmax(tmp_path):
 
 
 def test_views_between_kernels_run_in_python(tmp_path):
-    p = plan_of(tmp_path, "", "y = torch.relu(x).view(4, 64)\nreturn y.sum(dim=1)", "[torch.randn(4, 8, 8)]")
+    p = plan_of(tmp_path, "", "y = torch.relu(x)\nreturn y.view(4, 64).sum(dim=1), y", "[torch.randn(4, 8, 8)]")
     relu, view, total = p.steps
     assert isinstance(relu, PointwiseGroup) and isinstance(view, ViewStep) and view.view == View("view", (4, 64))
     assert isinstance(total, ReductionGroup) and total.inputs[0].name == view.out.name
+
+
+def test_pointwise_ops_before_a_reshape_into_a_reduction_run_in_the_reduction(tmp_path):
+    """(view_hoist.py) relu(x).view(...).sum(): x is viewed in Python and the relu is the sum's prologue, so
+    nothing is written between them; a bias broadcast across the merged dims cannot follow the view, and stays."""
+    p = plan_of(tmp_path, "", "return torch.relu(x).view(4, 64).sum(dim=1)", "[torch.randn(4, 8, 8)]")
+    (total,) = p.groups()
+    assert isinstance(total, ReductionGroup) and names(total.prologue) == ["relu"]
+    assert [v.shape for v in total.inputs] == [(4, 64)]
+    p = plan_of(tmp_path, "self.b = nn.Parameter(torch.randn(8, 1))", "return (x + self.b).view(4, 64).sum(dim=1)",
+                "[torch.randn(4, 8, 8)]")
+    assert [type(s).__name__ for s in p.steps] == ["PointwiseGroup", "ViewStep", "ReductionGroup"]
 
 
 @pytest.mark.parametrize("init, forward, inputs, why", [
