@@ -404,7 +404,9 @@ def test_pointwise_ops_before_group_norms_view_run_in_its_kernel(tmp_path):
         first, norm = plan.groups()
         assert first.kind == library and first.epilogue == [], name
         assert norm.reduce == "welford" and [op.name for op in norm.prologue] == ops, name
-        assert norm.inputs[0].numel == first.outputs[0].numel and len(norm.inputs[0].shape) in (3, 4), name
+        # read through one view (swish reads the product twice: x * sigmoid(x) shares it)
+        assert [v.numel for v in norm.inputs].count(first.outputs[0].numel) == 1, name
+        assert len(norm.inputs[0].shape) in (3, 4), name
 
 
 def test_cuda_bindings_check_the_strides_cublas_reads(tmp_path):

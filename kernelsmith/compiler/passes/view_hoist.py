@@ -69,7 +69,11 @@ def _rewritten(nodes: list[Node], view: Node, found: dict) -> list[Node]:
     """The nodes with each operand of the op viewed to the reshape's dims, and the op on those views under the
     reshape's name (its readers see what they saw)."""
     op, renamed, new, taken = found["op"], {}, [], {n.name for n in nodes}
+    earlier = {(n.args[0], tuple(n.shape)): n.name for n in nodes[:nodes.index(view)] if n.target == "view.default"}
     for name, (shape, dtype) in sorted(found["operands"].items()):
+        if (name, tuple(shape)) in earlier:  # swish's x * sigmoid(x): one view of x, read once by the kernel
+            renamed[name] = earlier[(name, tuple(shape))]
+            continue
         renamed[name] = _fresh(f"{name.split('_as_')[0]}_as_{'x'.join(map(str, shape))}", taken)
         new.append(Node(renamed[name], "view.default", [name, list(shape)], {}, tuple(shape), dtype))
     late = replace(op, name=view.name, args=[renamed.get(a, a) if isinstance(a, str) else a for a in op.args],
