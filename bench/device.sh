@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|gemm-reduce|probe-throw|probe-gemm|synth|synth-bench
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|breakdown|gemm-reduce|probe-throw|probe-gemm|synth|synth-bench
 # Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -113,6 +113,11 @@ case "$STEP" in
         timeout 240 cuda-gdb -batch -ex run -ex bt --args python3 bench/probes/throw_probe.py inline-check 2>&1 | tail -40
       fi
     } > "$OUT/throw.log" 2>&1; tail -40 "$OUT/throw.log" ;;
+  breakdown)  # issue 20: eager, torch.compile and the built-in kernels of TASKS (default: the GroupNorm and pooling
+              # tasks that lose to compile), kernel by kernel, and Inductor's code for each (bench/probes/kernel_breakdown.py)
+    timeout 560 python3 bench/probes/kernel_breakdown.py ${TASKS:-$KB/level2/21_Conv2d_Add_Scale_Sigmoid_GroupNorm.py \
+      $KB/level2/85_Conv2d_GroupNorm_Scale_MaxPool_Clamp.py $KB/level1/41_Max_Pooling_1D.py $KB/level1/89_cumsum.py \
+      $KB/level1/33_BatchNorm.py} --out "$OUT/breakdown" 2>&1 | grep -v USDT | tee "$OUT/breakdown.md" | tail -60 ;;
   probe-gemm)  # the policy's cuBLAS matmul against torch.mm in one process, bare and as harness v1 and v2 time it
     timeout 300 python3 bench/probes/gemm_probe.py 2>&1 | tee "$OUT/gemm_probe.log" | tail -20 ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)
