@@ -267,6 +267,14 @@ def test_profile_reports_spread_and_roofline_inputs(candidate, run_eval):
     assert result.seconds["profile_runs"] >= 20
 
 
+def test_the_cpu_profile_flushes_what_the_trusted_side_decided_and_says_so(candidate, run_eval, monkeypatch):
+    """The flush's size travels in the job (evaluation/cpu_caches.py): the worker writes that many bytes."""
+    monkeypatch.setenv("KERNELSMITH_CPU_FLUSH_BYTES", "40M")
+    result = run_eval(candidate(HONEST), profile=True, min_runs=20)
+    assert result.clean, result.violations
+    assert "cache flush before each timed run: 40 MiB written" in result.notes
+
+
 def test_profile_says_where_its_timed_loops_time_goes(candidate, run_eval):
     """The timed loop's parts (the draw, the flush, the parent's go, the call, the checksum, ...) are in the
     result, and together they are the loop: a breakdown that leaves most of the loop out explains nothing."""
@@ -765,7 +773,8 @@ def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candid
         assert any("parent's clock" in v for v in result.violations), result.violations
         return
     if not result.contended:  # not withheld: then the work is charged, and the speed is the honest one
-        assert charged > 0 and any("charged to the candidate" in n for n in result.notes), (result.timings_ms, result.notes)
+        assert charged > 0 and any("charged to the candidate" in n for n in result.notes), \
+            (result.timings_ms, result.notes, result.clock, result.violations)
         return
     # withheld for what it did, unless the machine itself looked busy (CI under other load, 2026-12-06: eager
     # spread 0.27-0.50 ms), which withholds the speed-up as well and hides the attack's signal in the load's

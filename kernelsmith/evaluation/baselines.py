@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from kernelsmith.evaluation import build_plan as build, runner
+from kernelsmith.evaluation import build_plan as build, cpu_caches, runner
 from kernelsmith.evaluation.checks import QUEUED
 from kernelsmith.evaluation.options import COMPILE_MODES, EvalOptions, seed_for
 from kernelsmith.evaluation.result import EvalResult
@@ -147,7 +147,7 @@ def measure_baselines(reference: Path, opts: EvalOptions, skip_platforms: list |
     job = {"kind": "baselines", "reference": str(reference), "device": opts.device, "precision": opts.precision,
            "seed": seed_for(opts), "compile_modes": list(baseline_modes(opts)), "min_runs": opts.min_runs,
            "min_seconds": opts.min_seconds, "cwd": str(Path(reference).parent), "threads": opts.threads(),
-           "skip_platforms": skip_platforms or []}
+           "skip_platforms": skip_platforms or [], **cpu_caches.job_fields(opts.device)}
     try:
         value = runner.run_job(job, max(opts.timeout_s, 1800.0))
     except runner.JobFailed:

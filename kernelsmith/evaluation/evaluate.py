@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kernelsmith.evaluation import build_plan as build, runner
 from kernelsmith.evaluation.result import EvalResult
-from kernelsmith.evaluation import checks, linkage, toolchain, verdicts
+from kernelsmith.evaluation import checks, cpu_caches, linkage, toolchain, verdicts
 from kernelsmith.sandbox import jail
 from kernelsmith.evaluation.baselines import apply_baselines, warm as warm_baselines
 from kernelsmith.evaluation.options import EvalOptions, seed_for
@@ -252,7 +252,8 @@ def prepare_watch() -> None:
 def profile_job(reference: Path, candidate: Path, opts: EvalOptions) -> dict:
     return {"kind": "profile", "reference": str(reference), "candidate": str(candidate), "device": opts.device,
             "precision": opts.precision, "seed": seed_for(opts), "min_runs": opts.min_runs,
-            "min_seconds": opts.min_seconds, "cwd": str(candidate.parent), "threads": opts.threads()}
+            "min_seconds": opts.min_seconds, "cwd": str(candidate.parent), "threads": opts.threads(),
+            **cpu_caches.job_fields(opts.device)}
 
 
 @contextlib.contextmanager
@@ -386,6 +387,8 @@ def apply_profile(prof: dict, result: EvalResult) -> None:
     credit_jitter(result, checks.jittery(prof["timings"]))
     result.roofline = prof.get("roofline", {})
     result.seconds["profile_runs"] = cand["n"]
+    if result.device == "cpu" and prof.get("flush_bytes"):
+        result.notes.append(f"cache flush before each timed run: {prof['flush_bytes'] >> 20} MiB written")
     watch = prof.get("op_watch", "native")
     if watch != "native":
         result.notes.append(f"timed runs watched by the {watch}: the candidate's times include its host cost")

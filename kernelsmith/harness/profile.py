@@ -226,7 +226,7 @@ def run_profile(job: dict) -> dict:
     sums = Checksums(device)
     phases.mark("load.reference")
     with gpu_lock(device):
-        flusher = L2Flusher(device)
+        flusher = L2Flusher(device, job.get("flush_bytes"))
         warm_s = {"eager": _warm(eager, pool, clocks)}
         calibrate(eager, pool, clocks, flusher, parent_clock, native, sums, _budget(job)[0],
                   process_guard.observers.check)
@@ -272,7 +272,7 @@ def run_profile(job: dict) -> dict:
         "threads": torch.get_num_threads(),
         "checksums": sums.runs,
         "warmup_s": warm_s, "violations": violations, "spot_checks": checks.done,
-        "roofline": rooflines, "phases": phases.seconds,
+        "roofline": rooflines, "phases": phases.seconds, "flush_bytes": flusher.nbytes,
     }
 
 
@@ -534,7 +534,7 @@ def run_baselines(job: dict) -> dict:
     # Compile outside the lock (CPU work, parallel across jobs); autotuning and timing inside it.
     warm_s = {name: _warm(fn, pool, clocks) for name, fn in contenders.items() if name == "compile:default"}
     with gpu_lock(device):
-        flusher = L2Flusher(device)
+        flusher = L2Flusher(device, job.get("flush_bytes"))
         warm_s.update({name: _warm(fn, pool, clocks) for name, fn in contenders.items() if name not in warm_s})
         queued = _queued_twins(contenders) if device == "cuda" else {}
         samples = interleave({**contenders, **queued}, pool, clocks, flusher, *_budget(job), queued=frozenset(queued))

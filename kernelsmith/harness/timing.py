@@ -83,13 +83,14 @@ class Clocks:
 class L2Flusher:
     """Writes a buffer larger than twice the last-level cache before each run."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, cpu_bytes: int | None = None):
+        """cpu_bytes: the CPU's flush as the trusted side decided it (evaluation/cpu_caches.py), else sysfs's."""
         self.device = device
         if device == "cuda":
             l2 = torch.cuda.get_device_properties(0).L2_cache_size or (50 << 20)
             nbytes = max(4 * l2, 256 << 20)
         else:
-            nbytes = cpu_flush_bytes()
+            nbytes = int(cpu_bytes) if cpu_bytes else cpu_flush_bytes()
         self.nbytes = nbytes
         self.buffer = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
         self.cudart = _load_cudart() if device == "cuda" else None
