@@ -81,10 +81,10 @@ def conv(group: ConvGroup, values: dict[str, Value], precision: str = "fp32") ->
             f"size_t bytes, int config, cudaStream_t stream);  // in {group.name}_conv.cu\n\n"
             + launcher(group.name, params, VARIANTS, launch))
     what = _describe(group)
-    files = {f"{group.name}.cu": cu_file(group, f"{what}, its epilogue", kernels, body),
+    files = {f"{group.name}.cu": cu_file(group, f"{what}{', its epilogue' if epilogue else ''}", kernels, body),
              f"{group.name}_conv.cu": _cudnn(group, what, math, pointers)}
-    variants = [f"cuDNN algorithm #{i + 1} of its heuristic ({math.name}), epilogue {EPILOGUE_THREADS} "
-                "threads/block" for i in range(VARIANTS)]
+    after = f", epilogue {EPILOGUE_THREADS} threads/block" if epilogue else ""  # (none: cuDNN writes the result)
+    variants = [f"cuDNN algorithm #{i + 1} of its heuristic ({math.name}){after}" for i in range(VARIANTS)]
     return generated(group, files, params, {group.x, group.w} | dense(reads), variants, workspace=True)
 
 
