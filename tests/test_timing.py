@@ -45,14 +45,16 @@ def test_without_cache_information_the_flush_keeps_its_fixed_size(tmp_path):
 
 def test_this_machines_flush_covers_its_last_level_cache():
     """On the machine the suite runs on: twice whatever sysfs reports as its largest data cache, unless one core
-    measurably caches less (a VM shown its host's cache), and then at least twice that per CPU."""
+    measurably caches less (a VM shown its host's cache), and then twice that per CPU."""
     sysfs = timing.cpu_flush_bytes()
     sizes = [timing._cache(p) for p in Path(timing.CPU_CACHES).glob("cpu*/cache/index*")]
     largest = max((s[2] for s in sizes if s), default=0)
     assert sysfs >= 2 * largest and sysfs >= timing.CPU_FLUSH_MIN_BYTES
-    flush, measured = cpu_caches.flush_bytes(), cpu_caches.measured_cache_bytes(sysfs // 2)
+    fields = cpu_caches.job_fields("cpu")
+    flush, measured = timing.cpu_flush_size(fields.get("flush_bytes"), fields.get("flush_cap_bytes")), \
+        cpu_caches.measured_cache_bytes()
     assert timing.CPU_FLUSH_MIN_BYTES <= flush <= sysfs
-    assert flush == sysfs or flush >= min(sysfs, 2 * measured * len(CPUS))
+    assert measured is None or flush == max(timing.CPU_FLUSH_MIN_BYTES, min(sysfs, 2 * measured * len(CPUS)))
 
 
 def test_the_flush_evicts_what_this_machine_caches():
@@ -62,10 +64,12 @@ def test_the_flush_evicts_what_this_machine_caches():
 
     import torch
 
-    measured = cpu_caches.measured_cache_bytes(timing.cpu_flush_bytes() // 2)
+    measured = cpu_caches.measured_cache_bytes()
     if measured is None:
         pytest.skip("no cache shows in this machine's read bandwidth")
-    flusher, data = timing.L2Flusher("cpu", cpu_caches.flush_bytes()), torch.ones(measured // 2 // 4)
+    fields = cpu_caches.job_fields("cpu")
+    flusher = timing.L2Flusher("cpu", fields.get("flush_bytes"), fields.get("flush_cap_bytes"))
+    data = torch.ones(measured // 2 // 4)
 
     def read_s(flush: bool) -> float:
         if flush:
@@ -100,26 +104,37 @@ def test_the_measurement_caps_a_reported_cache_once_per_machine(tmp_path, monkey
     mib, measured = 1 << 20, []
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("KERNELSMITH_CPU_FLUSH_BYTES", raising=False)
-    monkeypatch.setattr(timing, "cpu_flush_bytes", lambda: 960 * mib)
     monkeypatch.setattr(cpu_caches, "_cpus", lambda: [0, 1])
 
     def rates(sizes):
         measured.append(sizes)
         return {s: 21.0 if s <= 32 * mib else 8.0 for s in sizes}
 
-    monkeypatch.setattr(cpu_caches, "read_bandwidths", rates)
-    assert cpu_caches.flush_bytes() == 256 * mib and cpu_caches.flush_bytes() == 256 * mib
-    assert len(measured) == 1 and max(measured[0]) > 480 * mib  # measured past the reported size, once
-    monkeypatch.setattr(cpu_caches, "read_bandwidths", lambda sizes: {s: 8.0 for s in sizes})
-    monkeypatch.setattr(timing, "cpu_flush_bytes", lambda: 64 * mib)  # another reported size: measured anew
-    assert cpu_caches.flush_bytes() == 64 * mib  # nothing seen: sysfs's size
+    monkeypatch.setattr(cpu_caches, "read_rates", rates)
+    assert cpu_caches.job_fields("cpu") == cpu_caches.job_fields("cpu") == {"flush_cap_bytes": 256 * mib}
+    assert len(measured) == 1 and max(measured[0]) == 1 << 30  # measured once, up to 1 GiB
+    monkeypatch.setattr(timing, "cpu_flush_bytes", lambda: 960 * mib)
+    assert timing.cpu_flush_size(None, 256 * mib) == 256 * mib
+    assert timing.cpu_flush_size(None, 8 * mib) == timing.CPU_FLUSH_MIN_BYTES  # never under the floor
+    monkeypatch.setattr(timing, "cpu_flush_bytes", lambda: 64 * mib)
+    assert timing.cpu_flush_size(None, 256 * mib) == 64 * mib  # never more than sysfs's rule
+    assert timing.cpu_flush_size(None, None) == 64 * mib and timing.cpu_flush_size(48 * mib, 256 * mib) == 48 * mib
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))
+    monkeypatch.setattr(cpu_caches, "read_rates", lambda sizes: {s: 8.0 for s in sizes})
+    assert cpu_caches.job_fields("cpu") == {}  # no cache seen: no cap, sysfs's rule
+
+
+def test_the_measurement_runs_in_a_trusted_worker_with_torch():
+    """The parent side imports no torch: the reads are a worker's job, and come back per size."""
+    rates = cpu_caches.read_rates([4 << 20, 8 << 20])
+    assert set(rates) == {4 << 20, 8 << 20} and all(rate > 1e8 for rate in rates.values())
 
 
 @pytest.mark.parametrize("value, expected", [("64M", 64 << 20), ("2g", 2 << 30), (str(3 << 20), 3 << 20)])
 def test_the_user_can_set_the_flush(monkeypatch, value, expected):
     monkeypatch.setenv("KERNELSMITH_CPU_FLUSH_BYTES", value)
-    assert cpu_caches.flush_bytes() == expected
     assert cpu_caches.job_fields("cpu") == {"flush_bytes": expected} and cpu_caches.job_fields("cuda") == {}
+    assert timing.cpu_flush_size(expected, 8 << 20) == expected
     if expected <= 64 << 20:  # (not 2 GiB of this machine's memory)
         assert timing.L2Flusher("cpu", expected).nbytes == expected
 
@@ -130,4 +145,4 @@ def test_a_bad_flush_setting_is_a_one_line_error(monkeypatch, value):
 
     monkeypatch.setenv("KERNELSMITH_CPU_FLUSH_BYTES", value)
     with pytest.raises(BadInput, match="KERNELSMITH_CPU_FLUSH_BYTES=.*at least 1M"):
-        cpu_caches.flush_bytes()
+        cpu_caches.job_fields("cpu")

@@ -226,7 +226,7 @@ def run_profile(job: dict) -> dict:
     sums = Checksums(device)
     phases.mark("load.reference")
     with gpu_lock(device):
-        flusher = L2Flusher(device, job.get("flush_bytes"))
+        flusher = L2Flusher(device, job.get("flush_bytes"), job.get("flush_cap_bytes"))
         warm_s = {"eager": _warm(eager, pool, clocks)}
         calibrate(eager, pool, clocks, flusher, parent_clock, native, sums, _budget(job)[0],
                   process_guard.observers.check)
@@ -534,7 +534,7 @@ def run_baselines(job: dict) -> dict:
     # Compile outside the lock (CPU work, parallel across jobs); autotuning and timing inside it.
     warm_s = {name: _warm(fn, pool, clocks) for name, fn in contenders.items() if name == "compile:default"}
     with gpu_lock(device):
-        flusher = L2Flusher(device, job.get("flush_bytes"))
+        flusher = L2Flusher(device, job.get("flush_bytes"), job.get("flush_cap_bytes"))
         warm_s.update({name: _warm(fn, pool, clocks) for name, fn in contenders.items() if name not in warm_s})
         queued = _queued_twins(contenders) if device == "cuda" else {}
         samples = interleave({**contenders, **queued}, pool, clocks, flusher, *_budget(job), queued=frozenset(queued))

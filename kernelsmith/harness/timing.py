@@ -83,14 +83,15 @@ class Clocks:
 class L2Flusher:
     """Writes a buffer larger than twice the last-level cache before each run."""
 
-    def __init__(self, device: str, cpu_bytes: int | None = None):
-        """cpu_bytes: the CPU's flush as the trusted side decided it (evaluation/cpu_caches.py), else sysfs's."""
+    def __init__(self, device: str, cpu_bytes: int | None = None, cpu_cap: int | None = None):
+        """On the CPU, what the trusted side sent in the job (evaluation/cpu_caches.py): the size the user set
+        (cpu_bytes), or sysfs's rule capped by what one core measurably caches (cpu_cap), or sysfs's rule."""
         self.device = device
         if device == "cuda":
             l2 = torch.cuda.get_device_properties(0).L2_cache_size or (50 << 20)
             nbytes = max(4 * l2, 256 << 20)
         else:
-            nbytes = int(cpu_bytes) if cpu_bytes else cpu_flush_bytes()
+            nbytes = cpu_flush_size(cpu_bytes, cpu_cap)
         self.nbytes = nbytes
         self.buffer = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
         self.cudart = _load_cudart() if device == "cuda" else None
@@ -99,6 +100,34 @@ class L2Flusher:
         if self.cudart is not None:
             reset_persisting_l2(self.cudart)
         self.buffer.fill_(1.0)
+
+
+def cpu_flush_size(cpu_bytes: int | None = None, cpu_cap: int | None = None) -> int:
+    """The size the user set, else sysfs's rule (cpu_flush_bytes), capped by the measured cap where there is one."""
+    if cpu_bytes:
+        return int(cpu_bytes)
+    reported = cpu_flush_bytes()
+    return max(CPU_FLUSH_MIN_BYTES, min(reported, int(cpu_cap))) if cpu_cap else reported
+
+
+def read_rates(sizes: list[int]) -> dict[str, float]:
+    """Bytes a second one thread re-reads a float32 buffer of each size at (torch.sum), best of three: where the
+    rate falls to DRAM's is past what one core caches (evaluation/cpu_caches.py asks, in a trusted worker)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return {str(size): max(_read_rate(torch.ones(size // 4)) for _ in range(3)) for size in sizes}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _read_rate(buffer: torch.Tensor, seconds: float = 0.05) -> float:
+    buffer.sum()  # the first read brings it in as far as it fits
+    start, reads = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        buffer.sum()
+        reads += 1
+    return reads * buffer.numel() * 4 / (time.perf_counter() - start)
 
 
 def cpu_flush_bytes(root: str = CPU_CACHES) -> int:

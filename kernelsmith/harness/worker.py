@@ -29,7 +29,7 @@ EARLY_IMPORTS = {"candidate": ("torch._dynamo",), "profile": ("torch._dynamo",),
 def _handlers(kind: str = ""):
     import importlib
 
-    from kernelsmith.harness import build, lint, profile, verify
+    from kernelsmith.harness import build, lint, profile, timing, verify
 
     for name in EARLY_IMPORTS.get(kind, ()):
         importlib.import_module(name)
@@ -46,6 +46,7 @@ def _handlers(kind: str = ""):
         "rubric": lambda job: _synth().run_rubric(job),
         "opgraph": lambda job: _synth().capture_graph(job),
         "prepare": _prepare,
+        "cpu_caches": lambda job: {"rates": timing.read_rates(job["sizes"])},
     }
 
 
