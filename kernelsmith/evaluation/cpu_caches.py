@@ -24,6 +24,9 @@ from pathlib import Path
 from kernelsmith.errors import BadInput
 
 FASTER_THAN_DRAM = 1.5  # a size read this much faster than the largest is still (partly) in a cache
+# A measurement taken while other work pollutes the shared cache can find the edge early, and it is kept: the cap
+# never assumes a core caches less than this (a floor of 128 MiB written on two CPUs).
+MEASURED_FLOOR = 32 << 20
 SIZES = [(4 << 20) << k for k in range(9)]  # 4 MiB to 1 GiB: the last is past any cache that matters
 
 
@@ -36,7 +39,7 @@ def job_fields(device: str) -> dict:
     if override:
         return {"flush_bytes": parse_bytes(override)}
     measured = measured_cache_bytes()
-    return {"flush_cap_bytes": 2 * measured * len(_cpus())} if measured else {}
+    return {"flush_cap_bytes": 2 * max(measured, MEASURED_FLOOR) * len(_cpus())} if measured else {}
 
 
 def parse_bytes(text: str) -> int:
