@@ -57,39 +57,6 @@ def test_this_machines_flush_covers_its_last_level_cache():
     assert measured is None or flush == max(timing.CPU_FLUSH_MIN_BYTES, min(sysfs, 2 * measured * len(CPUS)))
 
 
-def test_the_flush_evicts_what_this_machine_caches():
-    """A buffer one core re-reads faster than DRAM (half the first size past its cache) re-reads slower after
-    the flush the profile would write: the smaller flush still does its job. Best of five each way."""
-    import time
-
-    import torch
-
-    measured = cpu_caches.measured_cache_bytes()
-    if measured is None:
-        pytest.skip("no cache shows in this machine's read bandwidth")
-    fields = cpu_caches.job_fields("cpu")
-    flusher = timing.L2Flusher("cpu", fields.get("flush_bytes"), fields.get("flush_cap_bytes"))
-    data = torch.ones(measured // 2 // 4)
-
-    def read_s(flush: bool) -> float:
-        if flush:
-            flusher.flush()
-        else:
-            data.sum()
-        start = time.perf_counter()
-        data.sum()
-        return time.perf_counter() - start
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        warm = min(read_s(False) for _ in range(5))
-        cold = min(read_s(True) for _ in range(5))
-    finally:
-        torch.set_num_threads(threads)
-    assert cold > 1.3 * warm, (cold, warm)
-
-
 def test_the_first_size_past_the_cache_is_where_reads_fall_to_drams_rate():
     mib = 1 << 20
     rates = {4 * mib: 40.0, 8 * mib: 21.0, 16 * mib: 21.5, 32 * mib: 21.0, 64 * mib: 7.9, 128 * mib: 8.1, 256 * mib: 8.0}
