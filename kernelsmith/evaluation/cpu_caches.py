@@ -28,6 +28,7 @@ FASTER_THAN_DRAM = 1.5  # a size read this much faster than the largest is still
 # never assumes a core caches less than this (a floor of 128 MiB written on two CPUs).
 MEASURED_FLOOR = 32 << 20
 SIZES = [(4 << 20) << k for k in range(9)]  # 4 MiB to 1 GiB: the last is past any cache that matters
+_FAILED: set[str] = set()  # machines whose measuring worker failed in this process: not tried again per profile
 
 
 def job_fields(device: str) -> dict:
@@ -56,16 +57,17 @@ def measured_cache_bytes() -> int | None:
     key = f"{platform.machine()}|{_model()}|{len(_cpus())} cpus"
     kept = _read_kept()
     if key not in kept:
-        rates = read_rates(SIZES)
+        rates = None if key in _FAILED else read_rates(SIZES)
         if rates is None:
-            return None  # (the worker failed: measured again next time)
+            _FAILED.add(key)
+            return None  # (the worker failed: sysfs's rule, and measured again by the next process)
         kept[key] = first_size_past_the_cache(rates)
         _write_kept(kept)
     return kept[key]
 
 
 def first_size_past_the_cache(rates: dict[int, float]) -> int | None:
-    """The smallest size after the last one copied FASTER_THAN_DRAM times as fast as the largest; None if none is."""
+    """The smallest size after the last one read FASTER_THAN_DRAM times as fast as the largest; None if none is."""
     sizes = sorted(rates)
     dram = rates[sizes[-1]]
     fast = [s for s in sizes[:-1] if rates[s] >= FASTER_THAN_DRAM * dram]

@@ -86,7 +86,6 @@ def _rewritten(nodes: list[Node], view: Node, found: dict) -> list[Node]:
     return out
 
 
-
 def _fresh(name: str, taken: set[str]) -> str:
     """name, or name_2, name_3, ... : the first not taken (it is taken from then on)."""
     candidates = (name if k == 1 else f"{name}_{k}" for k in range(1, len(taken) + 2))
