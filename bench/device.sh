@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|breakdown|gemm-reduce|probe-throw|probe-gemm|synth|synth-bench
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|breakdown|conv-layout|gemm-reduce|probe-throw|probe-gemm|synth|synth-bench
 # Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -13,7 +13,7 @@ if [ ! -e /tmp/site/.installed ] && ls .whl/*.whl >/dev/null 2>&1; then
     && touch /tmp/site/.installed
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-KB=.shared/kernelbench
+KB=.shared/kernelbench; [ -d $KB ] || KB=.dev/kernelbench  # the dev subset, carried in .dev
 SIGMOID=$KB/level1/21_Sigmoid.py
 R=bench/results/h200-2026-11-30
 
@@ -118,6 +118,10 @@ case "$STEP" in
     timeout 560 python3 bench/probes/kernel_breakdown.py ${TASKS:-$KB/level2/21_Conv2d_Add_Scale_Sigmoid_GroupNorm.py \
       $KB/level2/85_Conv2d_GroupNorm_Scale_MaxPool_Clamp.py $KB/level1/41_Max_Pooling_1D.py $KB/level1/89_cumsum.py \
       $KB/level1/33_BatchNorm.py} --out "$OUT/breakdown" 2>&1 | grep -v USDT | tee "$OUT/breakdown.md" | tail -60 ;;
+  conv-layout)  # issue 20: each convolution of the dev tasks (default: every level-2 one) NCHW against channels-last
+                # in cuDNN, fp32 (bench/probes/conv_layout.py)
+    timeout 300 python3 bench/probes/conv_layout.py ${TASKS:-$(ls $KB/level2/*Conv*.py)} 2>&1 | grep -v USDT \
+      | tee "$OUT/conv_layout.md" | tail -40 ;;
   probe-gemm)  # the policy's cuBLAS matmul against torch.mm in one process, bare and as harness v1 and v2 time it
     timeout 300 python3 bench/probes/gemm_probe.py 2>&1 | tee "$OUT/gemm_probe.log" | tail -20 ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)
