@@ -776,9 +776,11 @@ def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candid
         assert charged > 0 and any("charged to the candidate" in n for n in result.notes), \
             (result.timings_ms, result.notes, result.clock, result.violations)
         return
-    # withheld for what it did, unless the machine itself looked busy (CI under other load, 2026-12-06: eager
-    # spread 0.27-0.50 ms), which withholds the speed-up as well and hides the attack's signal in the load's
-    if "looked busy" not in result.contended:
+    # withheld for what it did, unless the machine itself was busy, which withholds the speed-up as well and
+    # hides the attack's signal in the load's: eager's spread (CI under other load, 2026-12-06: 0.27-0.50 ms),
+    # or the clean eager slower than the live one (2026-12-07: 0.47 against 0.37 ms), the opposite of what the
+    # attack does (its work slows the live eager)
+    if "busy" not in result.contended:
         assert "after the candidate was loaded" in result.contended, result.contended
     assert result.reward <= 1.0
 
