@@ -23,6 +23,8 @@ from kernelsmith.harness.loading import DTYPES  # noqa: E402
 CASES = {  # module, input shape
     "grouped": ("nn.Conv2d(4, 6, (3, 2), stride=(1, 2), padding=(2, 1), dilation=2, groups=2)", (2, 4, 9, 11)),
     "conv1d": ("nn.Conv1d(3, 5, 4, stride=2, padding=1, bias=False)", (2, 3, 17)),
+    "conv3d": ("nn.Conv3d(3, 4, (2, 3, 2), stride=(1, 2, 1), padding=(1, 0, 1), dilation=(2, 1, 1))", (2, 3, 5, 6, 5)),
+    "conv1x1": ("nn.Conv2d(5, 7, 1)", (2, 5, 6, 7)),  # BLAS reads x as its own columns
     "transposed": ("nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 0), output_padding=(1, 0), groups=2, "
                    "dilation=(1, 2))", (2, 4, 5, 6)),
     "transposed3d": ("nn.ConvTranspose3d(2, 3, 3, stride=2, padding=1)", (1, 2, 3, 4, 3)),
@@ -349,6 +351,11 @@ def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path):
     # passes, and the LayerNorm's weight read at the row's base plus r (no division per element)
     assert "s += e;" in GENERATED["softmax_rows"] and "s += e;" not in GENERATED["masked_softmax"]
     assert "[b1 + r]" in GENERATED["layer_norm"]
+    # float32 convolutions multiply with BLAS in their first variant (a 1x1 one reads x as its columns); a
+    # transposed one gathers
+    assert all("sgemm_(" in GENERATED[name] and "ks_col[" not in GENERATED[name] for name in ("grouped", "conv1x1"))
+    assert "ks_col.data()" in GENERATED["grouped"] and "ks_col.data()" not in GENERATED["conv1x1"]
+    assert "sgemm_(" not in GENERATED["transposed"]
     for name, (module_source, shape, *floats) in CASES.items():
         module = eval(module_source, NAMESPACE)
         forward_args = [torch.randn(*shape), *floats]

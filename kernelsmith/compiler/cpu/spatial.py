@@ -1,23 +1,109 @@
-"""Ops that compute each output element from a region of their input: direct convolution (a
-gather, also for the transposed case), pooling, and concatenation; one output element per step,
-the epilogue applied before the store."""
+"""Ops that compute each output element from a region of their input: convolution, pooling, and
+concatenation. A float32 convolution's first variant lowers each image to columns (im2col) and multiplies
+them by the weight with the BLAS sgemm torch's CPU build carries (gemm.py's), then applies the epilogue in
+one threaded pass; the other variants, and every transposed or 16-bit convolution, gather one output element
+per step (a direct convolution), the epilogue applied before the store."""
 
 from __future__ import annotations
 
 from math import prod
 
-from kernelsmith.compiler.cpu.common import as_float, body_lines, loads, store, variants
+from kernelsmith.compiler.cpu.common import SCHEDULES, as_float, body_lines, dispatched, loads, store, variants
+from kernelsmith.compiler.cpu.gemm import INT_MAX, SGEMM_DECLARATION
 from kernelsmith.compiler.cstyle import window
 from kernelsmith.compiler.ir import CatGroup, ConvGroup, PoolGroup
 
 
-def conv(group: ConvGroup) -> str:
-    """Direct convolution, one output element per step (a gather, also for the transposed
-    case), with the epilogue applied before the store."""
+BLAS_VARIANT = "im2col, BLAS sgemm per image and group, then the epilogue across threads (omp static)"
+
+
+def conv(group: ConvGroup) -> tuple[str, list[str]]:
+    """The kernel's C++ and its variants' names: BLAS first where it fits, then the direct loops."""
     index, value = {v.name: i for i, v in enumerate(group.inputs)}, {v.name: v for v in group.inputs}
     x, w = (as_float(value[name], f"in{index[name]}[{{}}]") for name in (group.x, group.w))
     total = ["    const int64_t k = c;"] + _conv_sum(group, _conv_geometry(group), x, w)
-    return _per_output(group, total, "acc", (group.x, group.w))
+    loops = [_per_output_loop(group, total, "acc", (group.x, group.w), pragma) for _, pragma in SCHEDULES]
+    names = [name for name, _ in SCHEDULES]
+    if not _blas_fits(group, value):
+        return dispatched(group, loops), names
+    blas = _blas_body(group, index, fallback=loops[0])
+    return SGEMM_DECLARATION + dispatched(group, [blas] + loops), [BLAS_VARIANT] + names
+
+
+def _blas_fits(group: ConvGroup, value: dict) -> bool:
+    operands = [value[group.x], value[group.w]]
+    g = _conv_geometry(group)
+    largest = max(prod(g["out"]), group.w_shape[1] * prod(g["kernel"]), group.out_shape[1])
+    return (not group.transposed and all(v.dtype == "float32" and v.contiguous for v in operands)
+            and largest <= INT_MAX)
+
+
+def _blas_body(group: ConvGroup, index: dict[str, int], fallback: str) -> str:
+    """Per image and group: the image's columns ([C/groups x taps, P] row-major, P the output's spatial
+    size; a 1x1 convolution of stride 1 reads x as they are), then out = w [K/groups, C/groups x taps] x
+    columns by sgemm, column-major as C^T = columns^T w^T; then the epilogue over every element."""
+    g, (n, k_out), c_in = _conv_geometry(group), group.out_shape[:2], group.in_shape[1]
+    cg, kg, taps, p = c_in // group.groups, k_out // group.groups, prod(g["kernel"]), prod(g["out"])
+    direct = taps == 1 and all(v == 1 for v in g["stride"]) and not any(g["padding"])
+    in_place = group.outputs[0].dtype == "float32"
+    y = "out0" if in_place else "ks_y.data()"
+    lines = [f"  if (sgemm_ == nullptr) {{  // this torch has no BLAS sgemm: the first loop variant\n{fallback}\n"
+             "    return;\n  }",
+             "  const char ks_no = 'N';",
+             f"  const int ks_m = {p}, ks_n = {kg}, ks_k = {cg * taps};",
+             "  const float ks_one = 1.0f, ks_zero = 0.0f;",
+             f"  std::vector<float> ks_y({0 if in_place else n * k_out * p});",
+             f"  std::vector<float> ks_col({0 if direct else cg * taps * p});",
+             f"  for (int64_t n = 0; n < {n}LL; ++n) {{",
+             f"    for (int64_t g = 0; g < {group.groups}LL; ++g) {{",
+             f"      const float* ks_x = in{index[group.x]} + (n * {c_in}LL + g * {cg}LL) * {prod(g['in'])}LL;"]
+    if not direct:
+        lines += [f"      {line}" for line in _im2col(group, g, cg)] + ["      const float* ks_a = ks_col.data();"]
+    else:
+        lines += ["      const float* ks_a = ks_x;"]
+    lines += [f"      sgemm_(&ks_no, &ks_no, &ks_m, &ks_n, &ks_k, &ks_one, ks_a, &ks_m, "
+              f"in{index[group.w]} + g * {kg * cg * taps}LL, &ks_k, &ks_zero, {y} + (n * {k_out}LL + g * {kg}LL) * "
+              f"{p}LL, &ks_m);", "    }", "  }"]
+    return "\n".join(lines) + "\n" + _epilogue_pass(group, y.replace(".data()", ""))
+
+
+def _im2col(group: ConvGroup, g: dict, cg: int) -> list[str]:
+    """ks_col's rows (input channel, tap) across threads: the tap's input element per output position, 0 where
+    it falls in the padding. The index is clamped before the load (no read outside x), then selected."""
+    (i0, i1, i2), (o0, o1, o2), (k0, k1, k2) = g["in"], g["out"], g["kernel"]
+    s, pad, dil = g["stride"], g["padding"], g["dilation"]
+    return ["#pragma omp parallel for schedule(static)",
+            f"for (int64_t r = 0; r < {cg * k0 * k1 * k2}LL; ++r) {{",
+            f"  const int64_t cc = r / {k0 * k1 * k2}LL, q0 = r / {k1 * k2}LL % {k0}LL, "
+            f"q1 = r / {k2}LL % {k1}LL, q2 = r % {k2}LL;",
+            f"  const float* src = ks_x + cc * {i0 * i1 * i2}LL;",
+            f"  float* dst = ks_col.data() + r * {o0 * o1 * o2}LL;",
+            f"  for (int64_t p0 = 0; p0 < {o0}LL; ++p0) {{",
+            f"    const int64_t j0 = p0 * {s[0]} - {pad[0]} + q0 * {dil[0]};",
+            f"    for (int64_t p1 = 0; p1 < {o1}LL; ++p1) {{",
+            f"      const int64_t j1 = p1 * {s[1]} - {pad[1]} + q1 * {dil[1]};",
+            f"      float* row = dst + (p0 * {o1}LL + p1) * {o2}LL;",
+            f"      if (j0 < 0 || j0 >= {i0} || j1 < 0 || j1 >= {i1}) {{",
+            f"        for (int64_t p2 = 0; p2 < {o2}LL; ++p2) row[p2] = 0.0f;",
+            "        continue;", "      }",
+            f"      const float* line = src + (j0 * {i1}LL + j1) * {i2}LL;",
+            "      #pragma omp simd",
+            f"      for (int64_t p2 = 0; p2 < {o2}LL; ++p2) {{",
+            f"        const int64_t j2 = p2 * {s[2]} - {pad[2]} + q2 * {dil[2]};",
+            f"        const float v = line[j2 < 0 ? 0 : (j2 >= {i2} ? {i2 - 1} : j2)];",
+            f"        row[p2] = (j2 >= 0 && j2 < {i2}) ? v : 0.0f;",
+            "      }", "    }", "  }", "}"]
+
+
+def _epilogue_pass(group: ConvGroup, y: str) -> str:
+    """The epilogue over every output element, from the product in `y`, across threads."""
+    names = {group.result: "acc"}
+    others = [v.name for v in group.inputs if v.name not in (group.x, group.w)]
+    body = [f"    const float acc = {y}[flat];"] + loads(group, group.out_shape, "flat", names, only=others)
+    body += body_lines(group.epilogue, names)
+    body += ["    " + store(o, f"out{j}[flat]", names[o.name]) for j, o in enumerate(group.outputs)]
+    return (f"  {SCHEDULES[0][1]}\n  for (int64_t flat = 0; flat < {prod(group.out_shape)}LL; ++flat) {{\n"
+            + "\n".join(body) + "\n  }")
 
 
 def pool(group: PoolGroup) -> str:
@@ -39,23 +125,29 @@ def cat(group: CatGroup) -> str:
 
 
 def _per_output(group, compute: list[str], result: str, operands: tuple[str, ...]) -> str:
-    """A loop over the output elements of a window op ([N, C, *spatial]): `compute` leaves the
-    result in C variable `result` from n, c, o0..o2; then the epilogue (its other inputs read
-    at the output's shape) and the stores."""
+    """A loop over the output elements of a window op ([N, C, *spatial]), under each schedule."""
+    return variants(group, lambda pragma: _per_output_loop(group, compute, result, operands, pragma))
+
+
+def _per_output_loop(group, compute: list[str], result: str, operands: tuple[str, ...], pragma: str) -> str:
+    """The output elements under `pragma`: `compute` leaves the result in C variable `result` from n, c,
+    o0..o2; then the epilogue (its other inputs read at the output's shape) and the stores."""
     names = {group.result: result}
     others = [v.name for v in group.inputs if v.name not in operands]
     body = [f"    {line}" for line in window.decode("flat", group.out_shape)] + compute
     body += loads(group, group.out_shape, "flat", names, only=others) + body_lines(group.epilogue, names)
     body += ["    " + store(o, f"out{j}[flat]", names[o.name]) for j, o in enumerate(group.outputs)]
-    return _flat_loop(group, body)
+    return _flat_body(group, body, pragma)
 
 
 def _flat_loop(group: PoolGroup | ConvGroup | CatGroup, body: list[str]) -> str:
     """`body` once per output element `flat`, under each of the schedules."""
-    def loop(pragma):
-        return (f"  {pragma}\n  for (int64_t flat = 0; flat < {prod(group.out_shape)}LL; ++flat) {{\n"
-                + "\n".join(body) + "\n  }")
-    return variants(group, loop)
+    return variants(group, lambda pragma: _flat_body(group, body, pragma))
+
+
+def _flat_body(group: PoolGroup | ConvGroup | CatGroup, body: list[str], pragma: str) -> str:
+    return (f"  {pragma}\n  for (int64_t flat = 0; flat < {prod(group.out_shape)}LL; ++flat) {{\n"
+            + "\n".join(body) + "\n  }")
 
 
 def _conv_geometry(group: ConvGroup) -> dict[str, tuple[int, ...]]:
