@@ -502,9 +502,34 @@ def long_column_sum_case() -> Case:
     return Case(group, _values(x, c, s, e), lambda torch, t: [t["x"].sum(1) + t["c"]], atol=1e-3, tags={"split"})
 
 
+def group_norm_case() -> Case:
+    """GroupNorm after a convolution's bias, as level2/21 partitions it: rows of [N, G, C/G, H x W] with a
+    per-channel bias ([1, G, C/G, 1]) in the prologue and the GroupNorm weight and bias in the broadcast
+    epilogue; H x W = 37 against 256-thread teams, so a team's lanes straddle the channels' runs."""
+    shape, ch = (2, 3, 4, 37), (1, 3, 4, 1)
+    x, b, w, beta = _v("x", shape), _v("b", ch, contiguous=False), _v("w", ch), _v("beta", ch)
+    xb, c, y1, y = _v("xb", shape), _v("c", shape), _v("y1", shape), _v("y", shape)
+    mean, var, e1, rstd = _v("mean", (2, 3, 1, 1)), _v("var", (2, 3, 1, 1)), _v("e1", (2, 3, 1, 1)), \
+        _v("rstd", (2, 3, 1, 1))
+    group = ReductionGroup("k34_group_norm", [x, b, w, beta], [y], in_shape=shape, dims=(2, 3), keepdim=True,
+                           reduce="welford", operand="xb", result="mean", result_shape=(2, 3, 1, 1), variance="var",
+                           attrs={"correction": 0.0}, prologue=[Op("add", ["x", "b"], "xb", {"alpha": 1.0})],
+                           epilogue=[Op("add", ["var", 1e-5], "e1", {"alpha": 1.0}), Op("rsqrt", ["e1"], "rstd")],
+                           broadcast_epilogue=[Op("sub", ["xb", "mean"], "c", {"alpha": 1.0}),
+                                               Op("mul", ["c", "rstd"], "y1"), Op("mul", ["y1", "w"], "y2"),
+                                               Op("add", ["y2", "beta"], "y", {"alpha": 1.0})])
+
+    def ref(torch, t):
+        xb = t["x"] + t["b"]
+        var, mean = torch.var_mean(xb, (2, 3), correction=0, keepdim=True)
+        return [(xb - mean) * torch.rsqrt(var + 1e-5) * t["w"] + t["beta"]]
+    values = _values(x, b, w, beta, xb, c, y1, _v("y2", shape), y, mean, var, e1, rstd)
+    return Case(group, values, ref, tags={"welford"})
+
+
 CASES.update({f.__name__.removesuffix("_case"): f for f in (welford_layer_norm_case, long_row_welford_case,
                                                            column_welford_case, long_column_batch_norm_case,
-                                                           long_column_sum_case)})
+                                                           long_column_sum_case, group_norm_case)})
 
 
 # --- tests ---------------------------------------------------------------------------------
@@ -767,3 +792,22 @@ def test_broadcast_reads_and_window_indices_decode_in_32_bits_where_the_space_fi
     assert large == "((((flat / 256LL) / 256LL) % 16LL) * s[1])" and "unsigned" not in large
     assert decode("flat", (64, 192, 1, 65523))[0] == "const unsigned ks_flat = (unsigned)flat;"
     assert "flat % 655230LL" in decode("flat", (64, 192, 1, 655230))[0]  # 8.05e9 outputs: 64 bits
+
+
+def test_inputs_constant_along_a_channel_load_once_per_channel_not_once_per_element():
+    """GroupNorm's per-channel inputs (a strided bias, the weight and beta) are constant along each channel's
+    H x W run of the row: both passes walk the row a run at a time and load them at the run's first element,
+    and the inner loop loads only the dense operand (level2/21's kernel spent its time decoding their offsets)."""
+    source = cuda.generate(group_norm_case().group, group_norm_case().values).files["k34_group_norm.cu"]
+    assert source.count("seg += 37LL") == 2
+    for name in ("p_b", "p_w", "p_beta"):
+        loads = [line for line in source.splitlines() if f"&{name}[" in line]
+        assert loads and all("seg_flat" in line for line in loads), loads
+    inner = source.split("r < seg + 37LL; r += TEAM) {")[1].split("}")[0]
+    assert "p_x[flat]" in inner and "p_b[" not in inner
+
+
+def test_a_row_whose_inputs_vary_along_it_keeps_the_flat_loop():
+    """RMSNorm's weight [n] varies along the whole reduced row: no run to hoist it over."""
+    source = cuda.generate(rmsnorm_case().group, rmsnorm_case().values).files["k2_rmsnorm.cu"]
+    assert "seg_flat" not in source and "for (int64_t r = lane; r < kSize; r += TEAM)" in source
