@@ -342,8 +342,13 @@ def scan_atol(terms: torch.Tensor, dim: int, lam: float = 4.0) -> torch.Tensor:
     return lam * U * n ** 0.5 * 2.0 * partial
 
 
-def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path):
-    """One test, not one per case: under pytest-xdist each worker would build the extension."""
+def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path, monkeypatch):
+    """One test, not one per case: under pytest-xdist each worker would build the extension. The BLAS
+    convolutions' column tiles are shrunk to a few output lines, so that these small cases take several tiles
+    and a short last one, as a real image does."""
+    from kernelsmith.compiler.cpu import spatial
+
+    monkeypatch.setattr(spatial, "COLUMN_TILE_BYTES", 1200)
     torch.manual_seed(0)  # the modules' weights and the inputs: a failure can be rerun
     ext, plans = _build_all(tmp_path)
     assert [len(plans[name][0].groups()) for name in ("grouped", "conv_softmax")] == [1, 2]
@@ -355,6 +360,7 @@ def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path):
     # transposed one gathers
     assert all("sgemm_(" in GENERATED[name] and "ks_col[" not in GENERATED[name] for name in ("grouped", "conv1x1"))
     assert "ks_col.data()" in GENERATED["grouped"] and "ks_col.data()" not in GENERATED["conv1x1"]
+    assert "l0 += 4LL" in GENERATED["grouped"]  # 9 output lines of 288 bytes of columns: tiles of 4, 4 and 1
     assert "sgemm_(" not in GENERATED["transposed"]
     for name, (module_source, shape, *floats) in CASES.items():
         module = eval(module_source, NAMESPACE)

@@ -38,38 +38,48 @@ def _blas_fits(group: ConvGroup, value: dict) -> bool:
             and largest <= INT_MAX)
 
 
+COLUMN_TILE_BYTES = 1 << 20  # the columns of this many output lines at a time: written, then read, in cache
+
+
 def _blas_body(group: ConvGroup, index: dict[str, int], fallback: str) -> str:
-    """Per image and group: the image's columns ([C/groups x taps, P] row-major, P the output's spatial
-    size; a 1x1 convolution of stride 1 reads x as they are), then out = w [K/groups, C/groups x taps] x
-    columns by sgemm, column-major as C^T = columns^T w^T; then the epilogue over every element."""
+    """Per image and group, per tile of output lines (O2 positions each, as many as fill COLUMN_TILE_BYTES of
+    columns): the tile's columns ([C/groups x taps, tile] row-major), then out[:, tile] = w [K/groups,
+    C/groups x taps] x columns by sgemm, column-major as C^T = columns^T w^T. A 1x1 convolution of stride 1
+    reads x as its own columns, the whole image at once. Then the epilogue over every element."""
     g, (n, k_out), c_in = _conv_geometry(group), group.out_shape[:2], group.in_shape[1]
     cg, kg, taps, p = c_in // group.groups, k_out // group.groups, prod(g["kernel"]), prod(g["out"])
     direct = taps == 1 and all(v == 1 for v in g["stride"]) and not any(g["padding"])
+    lines_total, o2 = g["out"][0] * g["out"][1], g["out"][2]
+    tile = lines_total if direct else max(1, min(lines_total, COLUMN_TILE_BYTES // (cg * taps * o2 * 4)))
     in_place = group.outputs[0].dtype == "float32"
     y = "out0" if in_place else "ks_y.data()"
     lines = [f"  if (sgemm_ == nullptr) {{  // this torch has no BLAS sgemm: the first loop variant\n{fallback}\n"
              "    return;\n  }",
              "  const char ks_no = 'N';",
-             f"  const int ks_m = {p}, ks_n = {kg}, ks_k = {cg * taps};",
+             f"  const int ks_n = {kg}, ks_k = {cg * taps}, ks_ldc = {p};",
              "  const float ks_one = 1.0f, ks_zero = 0.0f;",
              f"  std::vector<float> ks_y({0 if in_place else n * k_out * p});",
-             f"  std::vector<float> ks_col({0 if direct else cg * taps * p});",
+             f"  std::vector<float> ks_col({0 if direct else cg * taps * tile * o2});",
              f"  for (int64_t n = 0; n < {n}LL; ++n) {{",
              f"    for (int64_t g = 0; g < {group.groups}LL; ++g) {{",
-             f"      const float* ks_x = in{index[group.x]} + (n * {c_in}LL + g * {cg}LL) * {prod(g['in'])}LL;"]
-    if not direct:
-        lines += [f"      {line}" for line in _im2col(group, g, cg)] + ["      const float* ks_a = ks_col.data();"]
+             f"      const float* ks_x = in{index[group.x]} + (n * {c_in}LL + g * {cg}LL) * {prod(g['in'])}LL;",
+             f"      for (int64_t l0 = 0; l0 < {lines_total}LL; l0 += {tile}LL) {{",
+             f"        const int64_t l1 = l0 + {tile}LL < {lines_total}LL ? l0 + {tile}LL : {lines_total}LL;",
+             f"        const int ks_m = (int)((l1 - l0) * {o2}LL);"]
+    if direct:
+        lines += ["        const float* ks_a = ks_x;"]
     else:
-        lines += ["      const float* ks_a = ks_x;"]
-    lines += [f"      sgemm_(&ks_no, &ks_no, &ks_m, &ks_n, &ks_k, &ks_one, ks_a, &ks_m, "
+        lines += [f"        {line}" for line in _im2col(group, g, cg)] + ["        const float* ks_a = ks_col.data();"]
+    lines += [f"        sgemm_(&ks_no, &ks_no, &ks_m, &ks_n, &ks_k, &ks_one, ks_a, &ks_m, "
               f"in{index[group.w]} + g * {kg * cg * taps}LL, &ks_k, &ks_zero, {y} + (n * {k_out}LL + g * {kg}LL) * "
-              f"{p}LL, &ks_m);", "    }", "  }"]
+              f"{p}LL + l0 * {o2}LL, &ks_ldc);", "      }", "    }", "  }"]
     return "\n".join(lines) + "\n" + _epilogue_pass(group, y.replace(".data()", ""))
 
 
 def _im2col(group: ConvGroup, g: dict, cg: int) -> list[str]:
-    """ks_col's rows (input channel, tap) across threads: the tap's input element per output position, 0 where
-    it falls in the padding. The index is clamped before the load (no read outside x), then selected."""
+    """The columns of output lines [l0, l1), their rows (input channel, tap) across threads: the tap's input
+    element per output position, 0 where it falls in the padding. The index is clamped before the load (no
+    read outside x), then selected."""
     (i0, i1, i2), (o0, o1, o2), (k0, k1, k2) = g["in"], g["out"], g["kernel"]
     s, pad, dil = g["stride"], g["padding"], g["dilation"]
     return ["#pragma omp parallel for schedule(static)",
@@ -77,22 +87,21 @@ def _im2col(group: ConvGroup, g: dict, cg: int) -> list[str]:
             f"  const int64_t cc = r / {k0 * k1 * k2}LL, q0 = r / {k1 * k2}LL % {k0}LL, "
             f"q1 = r / {k2}LL % {k1}LL, q2 = r % {k2}LL;",
             f"  const float* src = ks_x + cc * {i0 * i1 * i2}LL;",
-            f"  float* dst = ks_col.data() + r * {o0 * o1 * o2}LL;",
-            f"  for (int64_t p0 = 0; p0 < {o0}LL; ++p0) {{",
-            f"    const int64_t j0 = p0 * {s[0]} - {pad[0]} + q0 * {dil[0]};",
-            f"    for (int64_t p1 = 0; p1 < {o1}LL; ++p1) {{",
-            f"      const int64_t j1 = p1 * {s[1]} - {pad[1]} + q1 * {dil[1]};",
-            f"      float* row = dst + (p0 * {o1}LL + p1) * {o2}LL;",
-            f"      if (j0 < 0 || j0 >= {i0} || j1 < 0 || j1 >= {i1}) {{",
-            f"        for (int64_t p2 = 0; p2 < {o2}LL; ++p2) row[p2] = 0.0f;",
-            "        continue;", "      }",
-            f"      const float* line = src + (j0 * {i1}LL + j1) * {i2}LL;",
-            "      #pragma omp simd",
-            f"      for (int64_t p2 = 0; p2 < {o2}LL; ++p2) {{",
-            f"        const int64_t j2 = p2 * {s[2]} - {pad[2]} + q2 * {dil[2]};",
-            f"        const float v = line[j2 < 0 ? 0 : (j2 >= {i2} ? {i2 - 1} : j2)];",
-            f"        row[p2] = (j2 >= 0 && j2 < {i2}) ? v : 0.0f;",
-            "      }", "    }", "  }", "}"]
+            "  float* dst = ks_col.data() + r * ks_m;",
+            "  for (int64_t line = l0; line < l1; ++line) {",
+            f"    const int64_t p0 = line / {o1}LL, p1 = line % {o1}LL;",
+            f"    const int64_t j0 = p0 * {s[0]} - {pad[0]} + q0 * {dil[0]}, j1 = p1 * {s[1]} - {pad[1]} + q1 * {dil[1]};",
+            f"    float* row = dst + (line - l0) * {o2}LL;",
+            f"    if (j0 < 0 || j0 >= {i0} || j1 < 0 || j1 >= {i1}) {{",
+            f"      for (int64_t p2 = 0; p2 < {o2}LL; ++p2) row[p2] = 0.0f;",
+            "      continue;", "    }",
+            f"    const float* in_line = src + (j0 * {i1}LL + j1) * {i2}LL;",
+            "    #pragma omp simd",
+            f"    for (int64_t p2 = 0; p2 < {o2}LL; ++p2) {{",
+            f"      const int64_t j2 = p2 * {s[2]} - {pad[2]} + q2 * {dil[2]};",
+            f"      const float v = in_line[j2 < 0 ? 0 : (j2 >= {i2} ? {i2 - 1} : j2)];",
+            f"      row[p2] = (j2 >= 0 && j2 < {i2}) ? v : 0.0f;",
+            "    }", "  }", "}"]
 
 
 def _epilogue_pass(group: ConvGroup, y: str) -> str:
