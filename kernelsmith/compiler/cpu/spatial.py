@@ -14,7 +14,7 @@ from kernelsmith.compiler.cstyle import window
 from kernelsmith.compiler.ir import CatGroup, ConvGroup, PoolGroup
 
 
-BLAS_VARIANT = "im2col, BLAS sgemm per image and group, then the epilogue across threads (omp static)"
+BLAS_VARIANT = "im2col by tiles of output lines, BLAS sgemm per tile, then the epilogue across threads (omp static)"
 
 
 def conv(group: ConvGroup) -> tuple[str, list[str]]:
