@@ -807,6 +807,17 @@ def test_inputs_constant_along_a_channel_load_once_per_channel_not_once_per_elem
     assert "p_x[flat]" in inner and "p_b[" not in inner
 
 
+def test_a_pass_that_reads_no_per_channel_input_keeps_the_flat_loop():
+    """Only the second pass reads the GroupNorm weight: the statistics pass keeps the flat loop (a run loop
+    there would declare seg_flat and never read it: an nvcc warning, and work for nothing)."""
+    case = group_norm_case()
+    case.group.inputs = [v for v in case.group.inputs if v.name != "b"]
+    case.group.prologue = [Op("mul", ["x", 2.0], "xb")]
+    source = cuda.generate(case.group, case.values).files["k34_group_norm.cu"]
+    assert source.count("seg += 37LL") == 1 and source.count("const int64_t seg_flat") == 1
+    assert "for (int64_t r = lane; r < kSize; r += TEAM)" in source
+
+
 def test_a_row_whose_inputs_vary_along_it_keeps_the_flat_loop():
     """RMSNorm's weight [n] varies along the whole reduced row: no run to hoist it over."""
     source = cuda.generate(rmsnorm_case().group, rmsnorm_case().values).files["k2_rmsnorm.cu"]

@@ -137,8 +137,9 @@ def _body(parts: ReductionParts) -> list[str]:
 
 def _loop(body: list[str], ranged: bool = False, hoisted: list[str] = (), segment: int = 1) -> list[str]:
     """A loop over this lane's share of the reduced range (ranged: of [begin, end), a split
-    variant's chunk), with `flat` the element's index. With a segment (_segment), the range is walked
-    a segment at a time, and the `hoisted` lines run once per segment, at its first element `seg_flat`."""
+    variant's chunk), with `flat` the element's index. With a segment (_segment) and loads to hoist (a pass
+    that reads none of the strided inputs keeps the flat loop), the range is walked a segment at a time, and the
+    `hoisted` lines run once per segment, at its first element `seg_flat`."""
     if segment > 1:
         return ([f"for (int64_t seg = 0; seg < kSize; seg += {segment}LL) {{",
                  "  const int64_t seg_flat = (o * kSize + seg) * kInner + i;"] + indent(list(hoisted))
@@ -196,7 +197,7 @@ def _first_pass(parts: ReductionParts, ranged: bool = False) -> list[str]:
     hoisted, body = _split_loads(parts, segment, names, used(prologue) | {group.operand})
     body += ops.body_lines(prologue, names, "")
     body.append(f"acc.add({names[group.operand]}, r);")
-    return _loop(body + stores(group, names, "flat", parts.first), ranged, hoisted, segment)
+    return _loop(body + stores(group, names, "flat", parts.first), ranged, hoisted, segment if hoisted else 1)
 
 
 def _finish(parts: ReductionParts, writer: str = "lane == 0") -> tuple[list[str], dict[str, str]]:
@@ -243,7 +244,7 @@ def _second_pass(parts: ReductionParts, reduced_names: dict[str, str], ranged: b
         names[group.result] = f"v_{group.result}"
         body += ops.body_lines(group.epilogue, names, "")
     body += ops.body_lines(group.broadcast_epilogue, names, "")
-    return _loop(body + stores(group, names, "flat", parts.second), ranged, hoisted, segment)
+    return _loop(body + stores(group, names, "flat", parts.second), ranged, hoisted, segment if hoisted else 1)
 
 
 def _needed(op_list, wanted: set[str]) -> list:
