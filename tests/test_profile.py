@@ -780,7 +780,7 @@ def test_an_answer_computed_while_the_harness_draws_the_inputs_is_charged(candid
     # hides the attack's signal in the load's: eager's spread (CI under other load, 2026-12-06: 0.27-0.50 ms),
     # or the clean eager slower than the live one (2026-12-07: 0.47 against 0.37 ms), the opposite of what the
     # attack does (its work slows the live eager)
-    if "busy" not in result.contended:
+    if not any(load in result.contended for load in ("looked busy", "the machine was busy while the baselines")):
         assert "after the candidate was loaded" in result.contended, result.contended
     assert result.reward <= 1.0
 

@@ -13,31 +13,22 @@ Each timed by the harness's clock, L2 flushed before each call, median of --runs
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
-import sys
 import warnings
 from pathlib import Path
 
 import torch
 
 warnings.filterwarnings("ignore")
+from kernelsmith.harness.loading import load_module  # noqa: E402
 from kernelsmith.harness.timing import Clocks, L2Flusher  # noqa: E402
 
 CONVS = (torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 
 
-def load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"task_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def captured_convs(path: Path) -> list[tuple[torch.nn.Module, torch.Tensor]]:
     """(module, its input) for each convolution the task's forward calls, on the GPU."""
-    module = load(path)
+    module = load_module(path, f"task_{path.stem}")
     torch.manual_seed(0)
     model = module.Model(*module.get_init_inputs()).cuda().eval()
     found = []
@@ -93,8 +84,7 @@ def main() -> None:
     for task in args.tasks:
         try:
             for conv, x in captured_convs(task):
-                with torch.no_grad():
-                    r = layouts(conv, x, args.runs, clocks, flusher)
+                r = layouts(conv, x, args.runs, clocks, flusher)
                 print(f"| {task.stem[:28]} | {r['conv']} | {r['nchw']:.3f} | {r['nhwc']:.3f} | "
                       f"{r['nchw'] / r['nhwc']:.2f} | {r['to_nhwc']:.3f} | {r['to_nchw']:.3f} | "
                       f"{r['nhwc_out_channels_last']} | {r['max_abs_diff']:.1e} |", flush=True)

@@ -13,7 +13,6 @@ Prints a markdown table per task and writes DIR/breakdown.json.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -28,15 +27,8 @@ import torch
 
 warnings.filterwarnings("ignore")
 from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
+from kernelsmith.harness.loading import load_module  # noqa: E402
 from kernelsmith.harness.timing import Clocks, L2Flusher  # noqa: E402
-
-
-def load_task(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def ours(task: Path, device: str):
@@ -53,7 +45,7 @@ def ours(task: Path, device: str):
     sys.path.insert(0, str(root))
     sys.modules.pop("model", None)
     try:
-        return load_task(root / "model_new.py", f"model_new_{task.stem}").ModelNew, built.summary
+        return load_module(root / "model_new.py", f"model_new_{task.stem}").ModelNew, built.summary
     finally:
         sys.path.remove(str(root))
 
@@ -95,7 +87,7 @@ def inductor_code(compiled, inputs) -> str:
 
 def breakdown(task: Path, out: Path, runs: int, device: str) -> dict:
     name = task.parent.name if task.stem == "model" else task.stem  # an example's folder names it
-    module = load_task(task, f"task_{name}")
+    module = load_module(task, f"task_{name}")
     torch.manual_seed(0)
     model = module.Model(*module.get_init_inputs()).to(device).eval()
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]

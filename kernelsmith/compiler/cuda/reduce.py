@@ -167,11 +167,15 @@ def _segment(parts: ReductionParts) -> int:
     return segment
 
 
-def _split_loads(parts: ReductionParts, segment: int, names: dict[str, str], needed: set[str]):
-    """(the loads of the reads constant along a segment, at seg_flat; the others', at flat)."""
+def _split_loads(parts: ReductionParts, ranged: bool, names: dict[str, str],
+                 needed: set[str]) -> tuple[list[str], list[str], int]:
+    """(the loads of the reads constant along a segment, at seg_flat; the others', at flat; the segment the
+    pass's loop walks by: 1 for a split variant's chunk, or where the pass loads none of those reads)."""
+    segment = 1 if ranged else _segment(parts)
     hoist = [r for r in parts.reads_in if segment > 1 and r.access.mode == "strided"]
-    rest = [r for r in parts.reads_in if r not in hoist]
-    return loads(hoist, "seg_flat", names, needed), loads(rest, "flat", names, needed)
+    hoisted = loads(hoist, "seg_flat", names, needed)
+    return hoisted, loads([r for r in parts.reads_in if r not in hoist], "flat", names, needed), \
+        segment if hoisted else 1
 
 
 def loads(reads: list[Read], flat: str, names: dict[str, str], needed: set[str]) -> list[str]:
@@ -193,11 +197,10 @@ def _first_pass(parts: ReductionParts, ranged: bool = False) -> list[str]:
     prologue op only the second pass reads is computed there), then the accumulation."""
     group, names = parts.group, {}
     prologue = _needed(group.prologue, {group.operand} | ({o.name for o in group.outputs} & parts.first))
-    segment = 1 if ranged else _segment(parts)
-    hoisted, body = _split_loads(parts, segment, names, used(prologue) | {group.operand})
+    hoisted, body, segment = _split_loads(parts, ranged, names, used(prologue) | {group.operand})
     body += ops.body_lines(prologue, names, "")
     body.append(f"acc.add({names[group.operand]}, r);")
-    return _loop(body + stores(group, names, "flat", parts.first), ranged, hoisted, segment if hoisted else 1)
+    return _loop(body + stores(group, names, "flat", parts.first), ranged, hoisted, segment)
 
 
 def _finish(parts: ReductionParts, writer: str = "lane == 0") -> tuple[list[str], dict[str, str]]:
@@ -236,15 +239,14 @@ def _second_pass(parts: ReductionParts, reduced_names: dict[str, str], ranged: b
     operand = {group.operand} if parts.full else set()
     prologue = _needed(group.prologue, used(after) | set(stored) | operand)
     names = dict(reduced_names)
-    segment = 1 if ranged else _segment(parts)
-    hoisted, body = _split_loads(parts, segment, names, used(prologue + after) | operand)
+    hoisted, body, segment = _split_loads(parts, ranged, names, used(prologue + after) | operand)
     body += ops.body_lines(prologue, names, "")
     if parts.full:
         body.append(f"const float v_{group.result} = {ELEMENT[group.reduce].format(x=names[group.operand])};")
         names[group.result] = f"v_{group.result}"
         body += ops.body_lines(group.epilogue, names, "")
     body += ops.body_lines(group.broadcast_epilogue, names, "")
-    return _loop(body + stores(group, names, "flat", parts.second), ranged, hoisted, segment if hoisted else 1)
+    return _loop(body + stores(group, names, "flat", parts.second), ranged, hoisted, segment)
 
 
 def _needed(op_list, wanted: set[str]) -> list:
