@@ -22,7 +22,7 @@ from kernelsmith.compiler.decompositions import decompositions
 from kernelsmith.compiler.dtypes import AT_PRECISION, dtype_name
 from kernelsmith.compiler.graph import CaptureError, Graph, Node, consumers_of
 from kernelsmith.compiler.ir import Value
-from kernelsmith.compiler.passes import dead_code, literals
+from kernelsmith.compiler.passes import constants, dead_code, literals
 from kernelsmith.evaluation import sources
 
 # torch.export keeps its tracing mode in process-wide state: two captures at once (the bench runs
@@ -191,7 +191,9 @@ def _graph_of(program, n_inputs: int, numbers: dict[str, float | int]) -> Graph:
     nodes = recurrent.zero_states(literals.inline(nodes, numbers))
     if set(outputs) & set(numbers):
         raise CaptureError("forward returns a constant tensor it made; not supported")
-    graph = Graph(inputs, params, dead_code.live(nodes, outputs), outputs, returns_tuple=_returns_tuple(program))
+    nodes, made, init = constants.hoist(nodes, outputs)
+    graph = Graph(inputs, params + made, dead_code.live(nodes, outputs), outputs, returns_tuple=_returns_tuple(program),
+                  init=init)
     graph.consumers = consumers_of(graph)
     return graph
 

@@ -323,6 +323,7 @@ class Plan:
     values: dict[str, Value] = field(default_factory=dict)  # every value by name, the partitioner's own included
     owner: dict[str, int] = field(default_factory=dict)  # value -> index of the step that makes it
     reduced: dict[int, set[str]] = field(default_factory=dict)  # reduction step -> its values at the reduced shape
+    init: list[str] = field(default_factory=list)  # Python lines of ModelNew's constructor: the constants it makes
 
     def groups(self) -> list[Group]:
         return [s for s in self.steps if isinstance(s, Group)]

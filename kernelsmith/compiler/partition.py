@@ -29,7 +29,8 @@ ALIAS_VIEWS = ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze")
 
 def plan(graph: Graph) -> Plan:
     """KERNELSMITH_REMAT=0 keeps every intermediate in memory (to measure what recomputing gains)."""
-    empty = Plan(graph.inputs, [], graph.outputs, graph.returns_tuple, params=graph.params, values=graph.values())
+    empty = Plan(graph.inputs, [], graph.outputs, graph.returns_tuple, params=graph.params, values=graph.values(),
+                 init=graph.init)
     try:
         graph = passes.before_partition(graph)
     except Unsupported as err:
@@ -57,7 +58,7 @@ class Partitioner:
 
     def __post_init__(self):
         self.plan = Plan(self.graph.inputs, [], self.graph.outputs, self.graph.returns_tuple,
-                         params=self.graph.params, values=self.graph.values())
+                         params=self.graph.params, values=self.graph.values(), init=self.graph.init)
 
     @property
     def values(self) -> dict[str, Value]:

@@ -24,8 +24,8 @@ def inline(nodes: list[Node], numbers: dict[str, float | int]) -> list[Node]:
     and becomes a number too (`numbers` learns it)."""
     kept = []
     for node in nodes:
-        if node.target == "scalar_tensor.default" and node.dtype in (*FLOATS, "int64"):
-            numbers[node.name] = _scalar(node)  # masked_fill's fill value, as the decomposition makes it
+        if _is_number(node):
+            numbers[node.name] = _scalar(node)  # masked_fill's fill value, logsigmoid's 0, as the decompositions make them
             continue
         names = set(reads(node))
         if not names & set(numbers):
@@ -43,9 +43,15 @@ def inline(nodes: list[Node], numbers: dict[str, float | int]) -> list[Node]:
     return kept
 
 
+def _is_number(node: Node) -> bool:
+    """scalar_tensor, or a full of shape []: a 0-dim float or int64 tensor broadcasts as a number does."""
+    made = node.target == "scalar_tensor.default" or node.target == "full.default" and node.args[0] == []
+    return made and node.dtype in (*FLOATS, "int64")
+
+
 def _scalar(node: Node) -> float | int:
     """Its value as eager holds it: a bfloat16 or float16 fill value rounded to that dtype."""
-    value = node.args[0]
+    value = node.args[-1]
     if node.dtype in HALVES:
         return torch.tensor(float(value), dtype=getattr(torch, node.dtype)).item()
     return int(value) if node.dtype == "int64" else float(value)
