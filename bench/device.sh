@@ -75,7 +75,9 @@ case "$STEP" in
                   # compile, profile the default variants, finish). More calls: pass the last rows.jsonl to resume.
                   # The workdirs stay on the machine: rows, lint, baselines and the events of every session come back.
     B=/tmp/ks-builtin; rm -rf $B; mkdir -p $B "$OUT/builtin"
+    # resume: the rows of earlier calls, and their lint and baselines caches where they lie beside them
     if [ -n "${1:-}" ]; then cp "$1" $B/rows.jsonl; RESUME=--resume; else RESUME=; fi
+    for f in lint.json baselines.json; do [ -n "${1:-}" ] && [ -f "$(dirname "$1")/$f" ] && cp "$(dirname "$1")/$f" $B/$f; done
     # compile baselines measured earlier by the same harness job on this GPU kind (the live eager still guards them)
     [ -f $R/builtin_baselines_cache.json ] && cp $R/builtin_baselines_cache.json $B/baselines.json
     [ -f $R/builtin_lint.json ] && cp $R/builtin_lint.json $B/lint.json
@@ -118,6 +120,9 @@ case "$STEP" in
     timeout 560 python3 bench/probes/kernel_breakdown.py ${TASKS:-$KB/level2/21_Conv2d_Add_Scale_Sigmoid_GroupNorm.py \
       $KB/level2/85_Conv2d_GroupNorm_Scale_MaxPool_Clamp.py $KB/level1/41_Max_Pooling_1D.py $KB/level1/89_cumsum.py \
       $KB/level1/33_BatchNorm.py} --out "$OUT/breakdown" 2>&1 | grep -v USDT | tee "$OUT/breakdown.md" | tail -60 ;;
+  groupnorm-variants)  # issue 20: level2/21's fused GroupNorm kernel against variants that change one thing each
+                       # (shifted sums, float4, threads per row) and a copy of the same traffic (bench/probes/groupnorm_variants.cu)
+    nvcc -O3 -arch=sm_90 -o /tmp/gnv bench/probes/groupnorm_variants.cu && /tmp/gnv | tee "$OUT/groupnorm_variants.md" ;;
   conv-layout)  # issue 20: each convolution of the dev tasks (default: every level-2 one) NCHW against channels-last
                 # in cuDNN, fp32 (bench/probes/conv_layout.py)
     timeout 300 python3 bench/probes/conv_layout.py ${TASKS:-$(ls $KB/level2/*Conv*.py)} 2>&1 | grep -v USDT \
@@ -237,7 +242,9 @@ case "$STEP" in
                 # here in /tmp or carried as .dev/synth-prev), 3 turns each. More calls: pass the last rows.jsonl to resume.
     S=/tmp/ks-synth; [ -d $S/tasks ] || S=.dev/synth-prev
     B=/tmp/ks-synth-bench; rm -rf $B; mkdir -p $B "$OUT/synth-bench"
+    # resume: the rows of earlier calls, and their lint and baselines caches where they lie beside them
     if [ -n "${1:-}" ]; then cp "$1" $B/rows.jsonl; RESUME=--resume; else RESUME=; fi
+    for f in lint.json baselines.json; do [ -n "${1:-}" ] && [ -f "$(dirname "$1")/$f" ] && cp "$(dirname "$1")/$f" $B/$f; done
     need_bwrap
     timeout ${LIMIT:-540} python3 -m kernelsmith.cli bench $S/tasks --sample ${SAMPLE:-50} --sample-seed 0 --backend builtin \
       --max-turns ${TURNS:-3} --workers ${WORKERS:-2} $RESUME --out $B 2>&1 | grep -v Warning | tail -60
