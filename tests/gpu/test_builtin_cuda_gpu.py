@@ -151,6 +151,38 @@ def test_every_variant_matches_torch(ext, name):
         assert torch.equal(inputs[key], value), f"{name} modified its input {key}"
 
 
+def _vectorized(name: str) -> bool:
+    case = cases.CASES[name]()
+    return case.group.kind == "reduction" and any(
+        "VEC == 4" in text for text in cuda.generate(case.group, case.values, case.precision).files.values())
+
+
+def _one_element_on(value: torch.Tensor) -> torch.Tensor:
+    """The same values at a storage offset of one element: contiguous, but 4 (or 2) bytes past a 16-byte line."""
+    flat = torch.empty(value.numel() + 1, dtype=value.dtype, device=value.device)
+    shifted = flat[1:].view(value.shape)
+    shifted.copy_(value)
+    return shifted
+
+
+@pytest.mark.parametrize("name", [n for n in cases.CASES if _vectorized(n)])
+def test_a_vectorized_reduction_given_misaligned_inputs_takes_its_scalar_loops(ext, name):
+    """The float4 loops need 16-byte aligned dense pointers; a view at an odd offset passes the binding's
+    contiguity check, so the launcher must fall back to VEC 1, and the results must still match torch."""
+    case = cases.CASES[name]()
+    inputs = _inputs(case, seed=3)
+    shifted = {k: _one_element_on(v) if isinstance(v, torch.Tensor) and v.is_contiguous() else v
+               for k, v in inputs.items()}
+    assert any(isinstance(v, torch.Tensor) and v.data_ptr() % 16 for v in shifted.values())
+    expected = case.reference(torch, _as_float(inputs))
+    for config in range(len(cuda.generate(case.group, case.values, case.precision).variants)):
+        got = _run(ext, case, shifted, config)
+        torch.cuda.synchronize()
+        for out, g, e in zip(case.group.outputs, got, expected):
+            rtol, atol = _tolerance(case, out, e)
+            torch.testing.assert_close(g.to(e.dtype), e, rtol=rtol, atol=atol, msg=lambda m: f"{name} {config}: {m}")
+
+
 @pytest.mark.parametrize("name", [n for n, make in cases.CASES.items()
                                   if "gemm" in make().tags and make().precision == "fp32"])
 def test_gemm_is_true_fp32(ext, name):

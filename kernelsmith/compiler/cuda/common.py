@@ -103,6 +103,26 @@ def read(value: Value, space: tuple[int, ...], var_prefix: str = "x_", strides_p
     return Read(value, access, f"{var_prefix}{value.name}", f"p_{value.name}", strides)
 
 
+def vec4_load(read: Read, var: str, index: str) -> str:
+    """`const float4 <var> = ...;`: the four elements at vector index `index` of a dense read, as floats (16-bit
+    ones: 8 bytes, widened; bools: 4 bytes, an uchar4 whose lanes the caller casts)."""
+    half = HALF_TYPES.get(read.value.dtype)
+    kind = "uchar4" if read.is_bool else "uint2" if half else "float4"
+    vector = f"reinterpret_cast<const {kind}*>({read.pointer})"
+    load = f"__ldg({vector} + {index})" if read.cached else f"{vector}[{index}]"
+    if half:
+        return f"const float4 {var} = {half.vector}({load});"
+    return f"const {kind} {var} = {load};"
+
+
+def vec4_store(out: Value, index: str, result: str) -> str:
+    """The statement storing float4 `result` at vector index `index` of a dense output, rounded to its dtype."""
+    half = HALF_TYPES.get(out.dtype)
+    if half:
+        return f"reinterpret_cast<uint2*>(p_{out.name})[{index}] = {half.vector}({result});"
+    return f"reinterpret_cast<float4*>(p_{out.name})[{index}] = {result};"
+
+
 def ctype(value: Value) -> str:
     if value.dtype in HALF_TYPES:
         return HALF_TYPES[value.dtype].ctype

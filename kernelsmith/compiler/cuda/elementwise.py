@@ -9,9 +9,9 @@ from math import prod
 from kernelsmith.compiler.cstyle import ops
 from kernelsmith.compiler.cstyle.access import Access
 from kernelsmith.compiler.cuda.binding import generated
-from kernelsmith.compiler.cuda.common import (HALF_TYPES, Param, Read, call, cu_file, dense, indent, input_params,
-                                              launcher, output_params, read, require_outputs, signature, store,
-                                              stride_params, table)
+from kernelsmith.compiler.cuda.common import (Param, Read, call, cu_file, dense, indent, input_params, launcher,
+                                              output_params, read, require_outputs, signature, store, stride_params,
+                                              table, vec4_load, vec4_store)
 from kernelsmith.compiler.ir import Generated, Group, PointwiseGroup, Value
 
 
@@ -69,21 +69,13 @@ class Elementwise:
             return read.var
         return read.load(f"(4 * v + {lane})")
 
-    def _vec4_load(self, index: int, read: Read) -> str:
-        half = HALF_TYPES.get(read.value.dtype)
-        kind = "uchar4" if read.is_bool else "uint2" if half else "float4"  # four bools: 4 bytes; 16-bit: 8
-        vector = f"reinterpret_cast<const {kind}*>({read.pointer})"
-        load = f"__ldg({vector} + v)" if read.cached else f"{vector}[v]"
-        if half:
-            return f"    const float4 q{index} = {half.vector}({load});"
-        return f"    const {kind} q{index} = {load};"
+    @staticmethod
+    def _vec4_load(index: int, read: Read) -> str:
+        return "    " + vec4_load(read, f"q{index}", "v")
 
     @staticmethod
     def _vec4_store(out: Value, result: str) -> str:
-        half = HALF_TYPES.get(out.dtype)
-        if half:
-            return f"    reinterpret_cast<uint2*>(p_{out.name})[v] = {half.vector}({result});"
-        return f"    reinterpret_cast<float4*>(p_{out.name})[v] = {result};"
+        return "    " + vec4_store(out, "v", result)
 
     def _vec4_kernel(self) -> str:
         results = [f"r{j}" for j in range(len(self.results))]

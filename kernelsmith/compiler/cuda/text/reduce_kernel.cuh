@@ -1,5 +1,5 @@
 // A team of TEAM threads per (o, i) pair of the operand viewed as [$outer, $size, $inner].
-template <int TEAM, int SLOTS, bool ROWS>
+template <int TEAM, int SLOTS, bool ROWS$vec>
 __global__ void __launch_bounds__(TEAM * SLOTS) ${name}_reduce($params) {
   const int lane = ROWS ? (int)threadIdx.x % TEAM : (int)threadIdx.x / SLOTS;
   const int slot = ROWS ? (int)threadIdx.x / TEAM : (int)threadIdx.x % SLOTS;
