@@ -41,6 +41,8 @@ CASES = {  # module, input shape
     "group_norm": ("nn.GroupNorm(3, 6)", (2, 6, 5, 4)),
     "batch_norm": ("nn.BatchNorm2d(4)", (3, 4, 5, 6)),
     "instance_norm": ("nn.InstanceNorm2d(4)", (2, 4, 7, 5)),
+    # its affine weight and bias repeated per sample (aten.repeat, decomposed to an expand and a copy)
+    "instance_norm_affine": ("RandomInstanceNorm(4)", (2, 4, 7, 5)),
     # two batch norms whose `x - mean` an earlier kernel also makes: the later one is dropped, not
     # emitted as a kernel with no outputs (ShuffleNet's unit; nn.Sequential children reached by getattr)
     "shuffle_unit": ("ShuffleUnit()", (2, 6, 5, 5)),
@@ -161,6 +163,13 @@ class RandomLayerNorm(nn.LayerNorm):
     # weight and bias drawn, not ones and zeros: the affine step must show in the output
     def __init__(self, n):
         super().__init__(n)
+        nn.init.normal_(self.weight)
+        nn.init.normal_(self.bias)
+
+
+class RandomInstanceNorm(nn.InstanceNorm2d):
+    def __init__(self, n):
+        super().__init__(n, affine=True)
         nn.init.normal_(self.weight)
         nn.init.normal_(self.bias)
 

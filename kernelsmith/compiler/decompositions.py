@@ -27,7 +27,18 @@ def decompositions() -> dict:
     table[aten._native_batch_norm_legit.no_stats] = _batch_norm_no_stats
     table[aten.native_group_norm.default] = _group_norm
     table[aten.native_layer_norm.default] = _layer_norm
+    table[aten.repeat.default] = _repeat
     return table
+
+
+def _repeat(x, repeats):
+    """x.repeat(repeats) as a broadcast and a copy: each dim of x after a dim of its repeat count, expanded and
+    made contiguous, then viewed as the repeated shape (nn.InstanceNorm2d(affine=True) repeats its weight and
+    bias per sample; `repeat` itself was refused)."""
+    shape = [1] * (len(repeats) - x.dim()) + list(x.shape)
+    interleaved = x.reshape([d for size in shape for d in (1, size)])
+    expanded = interleaved.expand([d for count, size in zip(repeats, shape) for d in (count, size)])
+    return expanded.clone(memory_format=torch.contiguous_format).view([c * s for c, s in zip(repeats, shape)])
 
 
 # Normalisations as statistics the partitioner knows: var_mean, which torch.export keeps whole and
