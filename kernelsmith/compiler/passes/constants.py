@@ -14,8 +14,8 @@ from kernelsmith.compiler.ir import Value
 MAKERS = {"full.default", "arange.default", "arange.start", "arange.start_step", "scalar_tensor.default"}
 OPTIONS = ("dtype", "layout", "device", "pin_memory", "memory_format")  # kwargs that name no value
 DROPPED_KWARGS = ("device", "layout", "pin_memory")  # the constructor makes them on the CPU; .to() moves them
-PREFIX = "_ks_const_"
-RANDOM = ("rand", "bernoulli", "normal", "uniform", "dropout", "multinomial", "exponential", "poisson")  # the buffers' attribute names on ModelNew
+PREFIX = "_ks_const_"  # the buffers' attribute names on ModelNew
+RANDOM = ("rand", "bernoulli", "normal", "uniform", "dropout", "multinomial", "exponential", "poisson")
 
 
 def hoist(nodes: list[Node], outputs: list[str]) -> tuple[list[Node], list[Value], list[str]]:
@@ -37,8 +37,8 @@ def _constant_nodes(nodes: list[Node]) -> set[str]:
     found: set[str] = set()
     for node in nodes:
         names = _value_reads(node)
-        if any(word in node.target for word in RANDOM):
-            continue
+        if node.target == "getitem" or any(word in node.target for word in RANDOM):
+            continue  # (a getitem is Python's, not an ATen op the constructor could call)
         if node.target in MAKERS and not names or names and set(names) <= found:
             found.add(node.name)
     return found
