@@ -51,9 +51,12 @@ def consumers_of(graph: Graph) -> dict[str, list[str]]:
     return found
 
 
+OPTIONS = ("dtype", "layout", "device", "pin_memory", "memory_format")  # kwargs whose strings name no value
+
+
 def reads(node: Node) -> list[str]:
-    """The value names among a node's arguments and keyword arguments."""
-    return _names_in(node.args) + _names_in(list(node.kwargs.values()))
+    """The value names among a node's arguments and keyword arguments (not its dtype, device, layout or format)."""
+    return _names_in(node.args) + _names_in([v for k, v in node.kwargs.items() if k not in OPTIONS])
 
 
 def _names_in(args) -> list[str]:

@@ -69,21 +69,13 @@ class Elementwise:
             return read.var
         return read.load(f"(4 * v + {lane})")
 
-    @staticmethod
-    def _vec4_load(index: int, read: Read) -> str:
-        return "    " + vec4_load(read, f"q{index}", "v")
-
-    @staticmethod
-    def _vec4_store(out: Value, result: str) -> str:
-        return "    " + vec4_store(out, "v", result)
-
     def _vec4_kernel(self) -> str:
         results = [f"r{j}" for j in range(len(self.results))]
         hoisted = [f"  const float {r.var} = {r.load('0')};" for r in self.reads if r.access.mode == "scalar"]
-        loads = [self._vec4_load(i, r) for i, r in enumerate(self.reads) if r.access.mode == "dense"]
+        loads = ["    " + vec4_load(r, f"q{i}", "v") for i, r in enumerate(self.reads) if r.access.mode == "dense"]
         calls = [self._element_call([self._lane_arg(i, r, lane) for i, r in enumerate(self.reads)]
                                     + [f"{res}.{'xyzw'[lane]}" for res in results]) for lane in range(4)]
-        stores = [self._vec4_store(out, res) for out, res in zip(self.outputs, results)]
+        stores = ["    " + vec4_store(out, "v", res) for out, res in zip(self.outputs, results)]
         return (f"{self._template_head()}__global__ void __launch_bounds__(512) "
                 f"{self.name}_vec4({signature(self.params, True)}, int64_t n_vec) {{\n"
                 + "\n".join(hoisted) + ("\n" if hoisted else "")

@@ -148,13 +148,19 @@ def _loop(body: list[str], ranged: bool = False, hoisted: list[str] = (), segmen
     that reads none of the strided inputs keeps the flat loop), the range is walked a segment at a time, and the
     `hoisted` lines run once per segment, at its first element `seg_flat`."""
     if segment > 1:
-        return ([f"for (int64_t seg = 0; seg < kSize; seg += {segment}LL) {{",
-                 "  const int64_t seg_flat = (o * kSize + seg) * kInner + i;"] + indent(list(hoisted))
-                + [f"  for (int64_t r = seg + lane; r < seg + {segment}LL; r += TEAM) {{",
-                   "    const int64_t flat = (o * kSize + r) * kInner + i;"] + indent(body, 4) + ["  }", "}"])
+        return _over_segments(segment, hoisted, [f"for (int64_t r = seg + lane; r < seg + {segment}LL; r += TEAM) {{",
+                                                 "  const int64_t flat = (o * kSize + r) * kInner + i;"]
+                              + indent(body) + ["}"])
     head = ("for (int64_t r = begin + lane; r < end; r += TEAM) {" if ranged
             else "for (int64_t r = lane; r < kSize; r += TEAM) {")
     return [head, "  const int64_t flat = (o * kSize + r) * kInner + i;"] + indent(body) + ["}"]
+
+
+def _over_segments(segment: int, hoisted: list[str], inner: list[str]) -> list[str]:
+    """The row a segment at a time: the `hoisted` loads at its first element `seg_flat`, then the `inner` loop."""
+    return ([f"for (int64_t seg = 0; seg < kSize; seg += {segment}LL) {{",
+             "  const int64_t seg_flat = (o * kSize + seg) * kInner + i;"] + indent(list(hoisted)) + indent(inner)
+            + ["}"])
 
 
 def _pass_loops(parts: ReductionParts, ranged: bool, hoisted: list[str], per_element: list[Read], segment: int,
@@ -164,7 +170,7 @@ def _pass_loops(parts: ReductionParts, ranged: bool, hoisted: list[str], per_ele
     group = parts.group
     element_loads = loads(per_element, "flat", names, {r.value.name for r in per_element})
     scalar = _loop(element_loads + compute + stores(group, names, "flat", which), ranged, hoisted, segment)
-    outs = {v.name for v in parts.group.outputs if v.name in which}
+    outs = {v.name for v in group.outputs if v.name in which}
     if ranged or not _vectorizes(parts) or not outs and all(r.access.mode != "dense" for r in per_element):
         return scalar
     vector = _vector_loop(parts, hoisted, per_element, segment, compute, which, names)
@@ -177,11 +183,16 @@ def _vectorizes(parts: ReductionParts) -> bool:
     Scalar loads left level2/21's GroupNorm at 1,346 GB/s on an H100, float4 ones at 2,134 (1,024 threads a row:
     2,718, a copy of the same traffic 2,744; bench/probes/groupnorm_variants.cu)."""
     group, segment = parts.group, _segment(parts)  # (1: no runs)
-    dense_reads = [r for r in parts.reads_in if r.access.mode == "dense"]
-    stored = [v for v in group.outputs if v.name in parts.first | parts.second]
+    dense_reads, stored = _vector_operands(parts)
     return (group.inner == 1 and group.size % 4 == 0 and (segment == 1 or segment % 4 == 0) and bool(dense_reads)
             and all(r.value.dtype in VECTOR_DTYPES for r in dense_reads)
             and all(v.dtype in VECTOR_DTYPES and v.dtype != "bool" for v in stored))
+
+
+def _vector_operands(parts: ReductionParts) -> tuple[list[Read], list]:
+    """(the dense reads, the outputs stored at the operand's shape): what a vector loop moves 16 bytes at a time."""
+    dense_reads = [r for r in parts.reads_in if r.access.mode == "dense"]
+    return dense_reads, [v for v in parts.group.outputs if v.name in parts.first | parts.second]
 
 
 def _vector_loop(parts: ReductionParts, hoisted: list[str], per_element: list[Read], segment: int,
@@ -204,10 +215,8 @@ def _vector_loop(parts: ReductionParts, hoisted: list[str], per_element: list[Re
         step += ["{"] + indent(index + body) + ["}"]
     step += [vec4_store(v, "(flat4 >> 2)", f"o4_{v.name}") for v in outs]
     if segment > 1:
-        return ([f"for (int64_t seg = 0; seg < kSize; seg += {segment}LL) {{",
-                 "  const int64_t seg_flat = (o * kSize + seg) * kInner + i;"] + indent(list(hoisted))
-                + [f"  for (int64_t r4 = seg + 4 * lane; r4 < seg + {segment}LL; r4 += 4 * TEAM) {{"]
-                + indent(step, 4) + ["  }", "}"])
+        return _over_segments(segment, hoisted, [f"for (int64_t r4 = seg + 4 * lane; r4 < seg + {segment}LL; "
+                                                 "r4 += 4 * TEAM) {"] + indent(step) + ["}"])
     return ["for (int64_t r4 = 4 * lane; r4 < kSize; r4 += 4 * TEAM) {"] + indent(step) + ["}"]
 
 
@@ -386,9 +395,8 @@ def _describe(variant) -> str:
 
 def _aligned(parts: ReductionParts) -> str:
     """The launcher's test that every pointer the vector loops read or write 16 bytes at a time is aligned."""
-    group = parts.group
-    pointers = [r.pointer for r in parts.reads_in if r.access.mode == "dense"]
-    pointers += [f"p_{v.name}" for v in group.outputs if v.name in parts.first | parts.second]
+    dense_reads, stored = _vector_operands(parts)
+    pointers = [r.pointer for r in dense_reads] + [f"p_{v.name}" for v in stored]
     return " && ".join(f"ks_aligned({p})" for p in pointers)
 
 

@@ -12,7 +12,6 @@ from kernelsmith.compiler.graph import CaptureError, Node, reads
 from kernelsmith.compiler.ir import Value
 
 MAKERS = {"full.default", "arange.default", "arange.start", "arange.start_step", "scalar_tensor.default"}
-OPTIONS = ("dtype", "layout", "device", "pin_memory", "memory_format")  # kwargs that name no value
 DROPPED_KWARGS = ("device", "layout", "pin_memory")  # the constructor makes them on the CPU; .to() moves them
 PREFIX = "_ks_const_"  # the buffers' attribute names on ModelNew
 RANDOM = ("rand", "bernoulli", "normal", "uniform", "dropout", "multinomial", "exponential", "poisson")
@@ -24,7 +23,7 @@ def hoist(nodes: list[Node], outputs: list[str]) -> tuple[list[Node], list[Value
     constant = _constant_nodes(nodes)
     if constant & set(outputs):
         raise CaptureError("forward returns a constant tensor it made; not supported")
-    read = {name for n in nodes if n.name not in constant for name in _value_reads(n)} | set(outputs)
+    read = {name for n in nodes if n.name not in constant for name in reads(n)} | set(outputs)
     kept = [n for n in nodes if n.name not in constant]
     buffers = [n for n in nodes if n.name in constant and n.name in read]
     lines = [_line(n) for n in nodes if n.name in constant] + [_register(n) for n in buffers]
@@ -36,18 +35,12 @@ def _constant_nodes(nodes: list[Node]) -> set[str]:
     """A maker, or any op whose every read is a constant (a graph is in topological order)."""
     found: set[str] = set()
     for node in nodes:
-        names = _value_reads(node)
+        names = reads(node)
         if node.target == "getitem" or any(word in node.target for word in RANDOM):
             continue  # (a getitem is Python's, not an ATen op the constructor could call)
         if node.target in MAKERS and not names or names and set(names) <= found:
             found.add(node.name)
     return found
-
-
-def _value_reads(node: Node) -> list[str]:
-    """The values a node reads: graph.reads, less the strings of its dtype, device, layout and format kwargs."""
-    options = Node(node.name, node.target, [], {k: v for k, v in node.kwargs.items() if k in OPTIONS}, (), "")
-    return [name for name in reads(node) if name not in reads(options)]
 
 
 def _line(node: Node) -> str:
