@@ -32,7 +32,7 @@ class Graph:
     outputs: list[str]
     returns_tuple: bool
     consumers: dict[str, list[str]] = field(default_factory=dict)  # value -> nodes that read it
-    init: list[str] = field(default_factory=list)  # ModelNew's constructor lines that make its constants (passes/constants.py)
+    init: list[str] = field(default_factory=list)  # constructor lines making its constants (passes/constants.py)
 
     def values(self) -> dict[str, Value]:
         found = {v.name: v for v in self.inputs + self.params}
