@@ -74,9 +74,56 @@ CASES = {  # module, input shape
     # through their matrix layouts (tests/test_builtin_gemm_layouts.py; once copied dense, once refused)
     "transposed_bmm": ("TransposedBmm()", (3, 6, 5)),
     "multihead": ("MultiHead(8, 2)", (5, 2, 8)),
+    # pooling that computes its operand where it reads it (the pool's prologue): a convolution's bias and
+    # activation (average pooling whose padding counts zeros of the activated value), a pointwise chain with a
+    # per-channel weight (3-d), a transposed view read through its strides; and the two that must not move: an
+    # activation something else also reads, and windows that overlap nine times
+    "conv_avgpool": ("ConvAvgPool()", (2, 3, 9, 10)),
+    "channel_pool3d": ("ChannelPool3d(3)", (2, 3, 5, 6, 4)),
+    "permuted_pool": ("PermutedPool()", (2, 3, 7, 8)),
+    "shared_pool": ("SharedPool()", (2, 3, 6, 6)),
+    "overlapping_pool": ("OverlappingPool()", (2, 3, 6, 5)),
 }
 
 MODULES = """
+class ConvAvgPool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return torch.nn.functional.avg_pool2d(torch.sigmoid(self.conv(x)), 3, stride=2, padding=1)
+
+
+class ChannelPool3d(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(c, 1, 1, 1))
+
+    def forward(self, x):
+        return torch.max_pool3d(torch.relu(x * self.w + 0.1), 2, padding=1)
+
+
+class PermutedPool(nn.Module):
+    def forward(self, x):
+        return torch.max_pool2d(x.transpose(2, 3), (2, 3), stride=2)
+
+
+class SharedPool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return torch.max_pool2d(y, 2) + y.mean()
+
+
+class OverlappingPool(nn.Module):
+    def forward(self, x):
+        return torch.max_pool2d(torch.relu(x) * 2.0, 3, stride=1, padding=1)
+
+
 class Cumsum(nn.Module):
     # cumsum(x / 2) along dim: the scan gets a prologue here, and tanh and * 2 after it
     def __init__(self, dim):
@@ -371,6 +418,11 @@ def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path, monke
     assert "ks_col.data()" in GENERATED["grouped"] and "ks_col.data()" not in GENERATED["conv1x1"]
     assert "l0 += 4LL" in GENERATED["grouped"]  # 9 output lines of 288 bytes of columns: tiles of 4, 4 and 1
     assert "sgemm_(" not in GENERATED["transposed"]
+    # which pools compute their operand where they read it (a prologue), and in how many kernels
+    pools = {name: next(g for g in plans[name][0].groups() if g.kind == "pool") for name in CASES if "pool" in name}
+    moved = {name for name, group in pools.items() if group.prologue}
+    assert moved == {"conv_avgpool", "channel_pool3d", "permuted_pool"}, moved
+    assert [len(plans[name][0].groups()) for name in ("conv_avgpool", "channel_pool3d", "permuted_pool")] == [2, 1, 1]
     for name, (module_source, shape, *floats) in CASES.items():
         module = eval(module_source, NAMESPACE)
         forward_args = [torch.randn(*shape), *floats]

@@ -266,6 +266,35 @@ def avg_pool3d_case() -> Case:
     return Case(group, _values(x, y), ref, tags={"pool"})
 
 
+def pool_prologue_case() -> Case:
+    """clamp(max_pool2d((x + b) * z)): an earlier kernel's epilogue computed where the pool reads it (its
+    prologue), the per-channel b loaded once per output element and z at each element of the window."""
+    x, z, b = _v("x", (2, 4, 9, 10)), _v("z", (2, 4, 9, 10)), _v("b", (4, 1, 1))
+    xb, xz, pooled, y = _v("xb", x.shape), _v("xz", x.shape), _v("pooled", (2, 4, 5, 6)), _v("y", (2, 4, 5, 6))
+    group = PoolGroup("k41_pool_prologue", [x, b, z], [y], x="xz", mode="max", kernel=(2, 2), stride=(2, 2),
+                      padding=(1, 1), dilation=(1, 1), result="pooled", in_shape=x.shape, out_shape=y.shape,
+                      prologue=[Op("add", ["x", "b"], "xb", {"alpha": 1.0}), Op("mul", ["xb", "z"], "xz")],
+                      epilogue=[Op("clamp", ["pooled"], "y", {"min": -0.5, "max": 0.5})])
+
+    def ref(torch, t):
+        out = torch.nn.functional.max_pool2d((t["x"] + t["b"]) * t["z"], 2, stride=2, padding=1)
+        return [out.clamp(-0.5, 0.5)]
+    return Case(group, _values(x, z, b, xb, xz, pooled, y), ref, tags={"pool"})
+
+
+def avg_pool_prologue_case() -> Case:
+    """avg_pool3d of sigmoid(x) where x is a strided view, read through its strides in the prologue; the
+    padding counts zeros of the activated value (count_include_pad)."""
+    x, s, y = _v("x", (1, 2, 5, 4, 3), contiguous=False), _v("s", (1, 2, 5, 4, 3)), _v("y", (1, 2, 3, 3, 2))
+    group = PoolGroup("k42_avg_pool_prologue", [x], [y], x="s", mode="avg", kernel=(2, 2, 2), stride=(2, 2, 2),
+                      padding=(1, 1, 1), dilation=(1, 1, 1), result="y", in_shape=x.shape, out_shape=y.shape,
+                      prologue=[Op("sigmoid", ["x"], "s")])
+
+    def ref(torch, t):
+        return [torch.nn.functional.avg_pool3d(torch.sigmoid(t["x"]), 2, padding=1)]
+    return Case(group, _values(x, s, y), ref, tags={"pool"})
+
+
 def cumsum_rows_case() -> Case:
     """relu(cumsum(2x - y, dim=1)) + y over rows longer than one tile (3000 > 1024), with the
     prologue value kept as a second output."""
@@ -386,7 +415,7 @@ CASES = {f.__name__.removesuffix("_case"): f for f in (
     column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case,
     conv2d_case, conv_transpose1d_case, depthwise_conv3d_case, max_pool_case, avg_pool3d_case, cumsum_rows_case,
     cumsum_columns_case, masked_case, float_input_case, frobenius_case, long_row_softmax_case, long_row_argmax_case,
-    long_row_mean_case, cat_case, safe_softmax_case, mm_transposed_case)}
+    long_row_mean_case, cat_case, safe_softmax_case, mm_transposed_case, pool_prologue_case, avg_pool_prologue_case)}
 
 
 
@@ -408,7 +437,7 @@ def at_precision(make: Callable[[], Case], precision: str, dtype: str = "float32
 
 PRECISION_CASES = {  # precision: (the tensors' dtype, the cases)
     "bf16": ("bfloat16", ("pointwise", "rmsnorm", "argmax", "gemm", "bmm", "conv2d", "max_pool", "cumsum_rows",
-                          "masked", "cat", "long_row_softmax", "mm_transposed")),
+                          "masked", "cat", "long_row_softmax", "mm_transposed", "pool_prologue")),
     "fp16": ("float16", ("pointwise", "softmax", "linear", "conv_transpose1d", "avg_pool3d")),
     "tf32": ("float32", ("gemm", "conv2d")),  # float32 storage: only cuBLAS's and cuDNN's math differ
 }

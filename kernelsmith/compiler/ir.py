@@ -242,9 +242,11 @@ class ConvGroup(Group):
 @dataclass
 class PoolGroup(Group):
     """out = max or average pooling of x over windows of 1 to 3 spatial dims, then pointwise
-    `epilogue` ops at out_shape. x is [N, C, *spatial], contiguous. Average pooling follows
-    torch: `count_include_pad` and `divisor_override` choose the divisor; max pooling pads
-    with -inf and propagates NaN."""
+    `epilogue` ops at out_shape. x is [N, C, *spatial]: a contiguous input, or, with a `prologue`,
+    the value its ops make at in_shape from the inputs, computed at each window element it reads
+    (an earlier kernel's epilogue moved here, so that its result is not written and read again).
+    Average pooling follows torch: `count_include_pad` and `divisor_override` choose the divisor;
+    max pooling pads with -inf and propagates NaN."""
 
     x: str = ""
     mode: str = "max"  # or "avg"
@@ -258,11 +260,19 @@ class PoolGroup(Group):
     in_shape: tuple[int, ...] = ()
     out_shape: tuple[int, ...] = ()
     epilogue: list[Op] = field(default_factory=list)
+    prologue: list[Op] = field(default_factory=list)
 
     kind = "pool"
 
     def ops(self) -> list[Op]:
-        return self.epilogue
+        return self.prologue + self.epilogue
+
+    def prologue_inputs(self) -> set[str]:
+        """The inputs read at in_shape: x itself, or what the prologue reads."""
+        if not self.prologue:
+            return {self.x}
+        made = {op.out for op in self.prologue}
+        return {a for op in self.prologue for a in op.tensor_args()} - made
 
 
 @dataclass

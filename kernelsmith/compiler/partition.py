@@ -13,6 +13,7 @@ outside its group (or forward's return) reads it.
 from __future__ import annotations
 
 import os
+from math import prod
 from dataclasses import dataclass, field, replace
 
 from kernelsmith.compiler import layout, lowering, passes, recurrent, remat
@@ -25,6 +26,7 @@ from kernelsmith.compiler.lowering import Unsupported
 
 UNSTORED = "only float32, bfloat16 and float16 kernels are generated yet"
 ALIAS_VIEWS = ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze")
+MAX_POOL_OVERLAP = 4.0  # windows per input element up to which a pool recomputes its operand's prologue
 
 
 def plan(graph: Graph) -> Plan:
@@ -112,7 +114,9 @@ class Partitioner:
             return False
         if isinstance(group, PointwiseGroup):
             return node.shape == group.shape
-        if isinstance(group, (GemmGroup, ConvGroup, PoolGroup)):
+        if isinstance(group, PoolGroup):  # an input read at in_shape is not also read at out_shape
+            return node.shape == group.out_shape and not set(others) & group.prologue_inputs()
+        if isinstance(group, (GemmGroup, ConvGroup)):
             return node.shape == group.out_shape
         if isinstance(group, ReductionGroup):
             return self.reduction_phase(group, node, internal) is not None
@@ -146,7 +150,7 @@ class Partitioner:
             if phase == "epilogue" and group.reduce not in FULL_SHAPE_REDUCTIONS:
                 self.plan.reduced[index].add(node.name)
         else:
-            group.ops().append(op)
+            (group.epilogue if isinstance(group, PoolGroup) else group.ops()).append(op)
         self.plan.add_inputs(group, others)
         self.own(node.name, index)
 
@@ -196,6 +200,7 @@ class Partitioner:
         group.prologue, library.epilogue = library.epilogue, []
         moved = {op.out for op in group.prologue}
         core = {getattr(library, f, None) for f in ("a", "b", "bias", "x", "w")}
+        core |= library.prologue_inputs() if isinstance(library, PoolGroup) else set()
         reads = [library.result] + [a for op in group.prologue for a in op.tensor_args() if a not in moved]
         library.inputs = [v for v in library.inputs if v.name in core]
         self.plan.add_inputs(group, reads)
@@ -263,7 +268,7 @@ class Partitioner:
     def add_pool(self, node: Node) -> None:
         x, args = node.args[0], list(node.args) + [None] * 7
         self.require_float(node, [x])
-        x = self.dense(x)
+        x = self.dense(x)  # a strided view's copy, which the pool then takes as its prologue
         spatial = len(node.shape) - 2
 
         def per_dim(value, default):
@@ -278,8 +283,41 @@ class Partitioner:
             group = PoolGroup(self.new_name("pool"), [], [], x=x, mode="avg", dilation=(1,) * spatial,
                               count_include_pad=count, divisor_override=args[6], **common)
         group.result, group.in_shape, group.out_shape = node.name, self.values[x].shape, node.shape
-        self.plan.add_inputs(group, [x])
-        self.push(group, node.name)
+        last = len(self.steps) - 1
+        chain = self.steps[last] if self.owner.get(x) == last and last >= 0 else None
+        if not self.joins_pool(chain, group, node):
+            self.plan.add_inputs(group, [x])
+            self.push(group, node.name)
+
+    def joins_pool(self, chain: Group | None, group: PoolGroup, node: Node) -> bool:
+        """The pointwise chain or library epilogue that makes the pooled value, moved into the pool as its
+        prologue when nothing else reads what it makes and windows overlap little (each input element's
+        prologue runs once per window that covers it). True when it moved."""
+        overlap = prod(max(1.0, k / s) for k, s in zip(group.kernel, group.stride))
+        ops = chain.body if isinstance(chain, PointwiseGroup) else getattr(chain, "epilogue", None)
+        space = chain.shape if isinstance(chain, PointwiseGroup) else getattr(chain, "out_shape", None)
+        if not ops or space != group.in_shape or overlap > MAX_POOL_OVERLAP or isinstance(chain, PoolGroup):
+            return False
+        made = {op.out for op in ops}
+        readers = [r for v in made for r in self.graph.consumers.get(v, [])]
+        if not all(r in made or r == node.name for r in readers):
+            return False
+        group.prologue = list(ops)
+        if isinstance(chain, PointwiseGroup):
+            group.name = chain.name.replace("_pointwise", "_pool")
+            group.inputs = chain.inputs
+            self.steps[chain_index := len(self.steps) - 1] = group  # the chain becomes the prologue, in place
+            self.own(node.name, chain_index)
+        else:
+            chain.epilogue = []
+            core = {getattr(chain, f, None) for f in ("a", "b", "bias", "x", "w")}
+            reads = [chain.result] + [a for op in ops for a in op.tensor_args() if a not in made]
+            chain.inputs = [v for v in chain.inputs if v.name in core]
+            self.plan.add_inputs(group, reads)
+            self.push(group, node.name)
+        for name in made:
+            self.own(name, self.owner[node.name])
+        return True
 
     # --- concatenation -------------------------------------------------------------------------
 

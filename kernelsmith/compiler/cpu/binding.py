@@ -43,8 +43,9 @@ def _space(group: Group):
         return lambda v: None if v.name in (group.a, group.b, group.bias) else group.out_shape
     if isinstance(group, ConvGroup):
         return lambda v: None if v.name in (group.x, group.w) else group.out_shape
-    if isinstance(group, PoolGroup):
-        return lambda v: None if v.name == group.x else group.out_shape
+    if isinstance(group, PoolGroup):  # a prologue's inputs are read at in_shape
+        return lambda v: None if v.name == group.x else \
+            group.in_shape if v.name in group.prologue_inputs() else group.out_shape
     if isinstance(group, CatGroup) or group.kind == "recurrent":
         return lambda v: None  # every part (every input of a recurrent layer) is read dense
     return lambda v: group.in_shape if broadcasts(v, group.in_shape) else group.result_shape

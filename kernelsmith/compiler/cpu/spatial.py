@@ -116,10 +116,18 @@ def _epilogue_pass(group: ConvGroup, y: str) -> str:
 
 
 def pool(group: PoolGroup) -> str:
-    """One output element per step: the window's max or mean, then the epilogue."""
-    x = [v.name for v in group.inputs].index(group.x)
-    pooled = [f"    {line}" for line in window.pool_lines(group, as_float(group.inputs[x], f"in{x}[{{}}]"))]
-    return _per_output(group, pooled, f"v_{group.result}", (group.x,))
+    """One output element per step: the window's max or mean (of x, or of the prologue computed at each
+    element the window reads), then the epilogue."""
+    if group.prologue:
+        def element(offset: str) -> list[str]:
+            names = {}
+            lines = loads(group, group.in_shape, "xi", names, only=group.prologue_inputs())
+            return [f"const int64_t xi = {offset};"] + [line.strip() for line in lines + body_lines(group.prologue, names)]
+        lines = window.pool_lines(group, f"v_{group.x}", element)
+    else:
+        x = [v.name for v in group.inputs].index(group.x)
+        lines = window.pool_lines(group, as_float(group.inputs[x], f"in{x}[{{}}]"))
+    return _per_output(group, [f"    {line}" for line in lines], f"v_{group.result}", tuple(group.prologue_inputs()))
 
 
 def cat(group: CatGroup) -> str:

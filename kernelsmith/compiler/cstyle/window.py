@@ -36,30 +36,34 @@ def decode(flat: str, out_shape: tuple[int, ...]) -> list[str]:
                     f"const int64_t c = {f} / {prod(out)}{u} % {channels}{u}, n = {f} / {prod(out) * channels}{u};"]
 
 
-def pool_lines(group: PoolGroup, load: str) -> list[str]:
-    """Lines that leave the pooled value in `v_<result>`; `load` formats an offset into x's read."""
+def pool_lines(group: PoolGroup, load: str, element: Callable[[str], list[str]] | None = None) -> list[str]:
+    """Lines that leave the pooled value in `v_<result>`; `load` formats an offset into x's read. With a
+    prologue, `element(offset)` gives the lines that compute x at an input offset (`load` then names it)."""
     size = three(group.in_shape[2:], 1)
     kernel, stride = three(group.kernel, 1), three(group.stride, 1)
     padding, dilation = three(group.padding, 0), three(group.dilation, 1)
-    x_at = load.format(f"((n * {group.in_shape[1]} + c) * {size[0]} + i0) * {size[1] * size[2]} + i1 * {size[2]} + i2")
+    offset = f"((n * {group.in_shape[1]} + c) * {size[0]} + i0) * {size[1] * size[2]} + i1 * {size[2]} + i2"
+    computed = element(offset) if element else []
+    x_at = load.format(offset)
     if group.mode == "max":
-        return _max_window(group, kernel, stride, padding, dilation, size, x_at)
-    return _avg_window(group, kernel, stride, padding, size, x_at)
+        return _max_window(group, kernel, stride, padding, dilation, size, computed, x_at)
+    return _avg_window(group, kernel, stride, padding, size, computed, x_at)
 
 
-def _max_window(group, kernel, stride, padding, dilation, size, x_at) -> list[str]:
+def _max_window(group, kernel, stride, padding, dilation, size, computed, x_at) -> list[str]:
     lines = ["float acc = -INFINITY;"]
     for d in range(3):
         pad = "  " * d
         lines += [f"{pad}for (int64_t q{d} = 0; q{d} < {kernel[d]}; ++q{d}) {{",
                   f"{pad}  const int64_t i{d} = o{d} * {stride[d]} - {padding[d]} + q{d} * {dilation[d]};",
                   f"{pad}  if (i{d} < 0 || i{d} >= {size[d]}) continue;"]
+    lines += [f"      {line}" for line in computed]
     lines += [f"      const float x = {x_at};", "      if (x > acc || x != x) acc = x;  // NaN wins, as in torch"]
     lines += ["  " * d + "}" for d in (2, 1, 0)]
     return lines + [f"const float v_{group.result} = acc;"]
 
 
-def _avg_window(group, kernel, stride, padding, size, x_at) -> list[str]:
+def _avg_window(group, kernel, stride, padding, size, computed, x_at) -> list[str]:
     """torch's divisor: the window clipped to the padded input, or to the input itself."""
     lines = ["float acc = 0.0f;", "int64_t inside = 1, padded = 1;"]
     for d in range(3):
@@ -69,7 +73,10 @@ def _avg_window(group, kernel, stride, padding, size, x_at) -> list[str]:
                   f"const int64_t a{d} = s{d} < 0 ? 0 : s{d}, b{d} = e{d} < {size[d]} ? e{d} : {size[d]};",
                   f"padded *= e{d} - s{d}; inside *= b{d} > a{d} ? b{d} - a{d} : 0;"]
     loops = [f"for (int64_t i{d} = a{d}; i{d} < b{d}; ++i{d})" for d in range(3)]
-    lines += [" ".join(loops) + f" acc += {x_at};"]
+    if computed:  # the prologue's lines at each element, in a block
+        lines += [" ".join(loops) + " {"] + [f"  {line}" for line in computed] + [f"  acc += {x_at};", "}"]
+    else:
+        lines += [" ".join(loops) + f" acc += {x_at};"]
     if group.divisor_override:
         divisor = f"{float(group.divisor_override)}f"
     else:

@@ -8,7 +8,7 @@ from math import prod
 
 from kernelsmith.compiler.cstyle import ops, window
 from kernelsmith.compiler.cuda.binding import generated
-from kernelsmith.compiler.cuda.common import (Param, as_float, call, cu_file, dense, indent, input_params, launcher,
+from kernelsmith.compiler.cuda.common import (Param, Read, as_float, call, cu_file, dense, indent, input_params, launcher,
                                               output_params, read, require_outputs, signature, store, stride_params,
                                               table)
 from kernelsmith.compiler.ir import CatGroup, Generated, PoolGroup, Value
@@ -17,22 +17,60 @@ THREADS = (256, 128, 512)
 
 
 def pool(group: PoolGroup, values: dict[str, Value]) -> Generated:
-    """One output element per thread step: the window's max or mean, then the epilogue, then the stores."""
-    if not values[group.x].contiguous:
+    """One output element per thread step: the window's max or mean (of x, or of the prologue computed at
+    each element the window reads), then the epilogue, then the stores."""
+    if not group.prologue and not values[group.x].contiguous:
         raise ValueError(f"{group.name}: pooling a non-contiguous input is unsupported")
-    reads = [read(values[v.name], group.out_shape) for v in group.inputs if v.name != group.x]
-    params = input_params(group) + stride_params(reads) + output_params(group)
+    at_in = group.prologue_inputs()
+    reads = [read(values[v.name], group.out_shape) for v in group.inputs if v.name not in at_in]
+    per_channel, per_element = _prologue_reads(group, values) if group.prologue else ([], [])
+    params = input_params(group) + stride_params(per_channel + per_element + reads) + output_params(group)
     names = {r.value.name: r.var for r in reads}
     names[group.result] = f"v_{group.result}"
     epilogue = ops.body_lines(group.epilogue, names, "")
     require_outputs(group, names, prod(group.out_shape))
-    x_at = as_float(values[group.x], f"__ldg(&p_{group.x}[{{}}])")
-    lines = window.decode("flat", group.out_shape) + window.pool_lines(group, x_at)
+    lines = window.decode("flat", group.out_shape)
+    if group.prologue:
+        lines += [f"const float {r.var} = {r.load(_channel_flat(group))};" for r in per_channel]
+        lines += window.pool_lines(group, f"v_{group.x}", _element(group, per_channel, per_element))
+    else:
+        lines += window.pool_lines(group, as_float(values[group.x], f"__ldg(&p_{group.x}[{{}}])"))
     lines += [f"const float {r.var} = {r.load('flat')};" for r in reads] + epilogue
     lines += [store(o, f"p_{o.name}[flat]", names[o.name]) for o in group.outputs]
     what = (f"{group.mode} pooling of {list(group.in_shape)} -> {list(group.out_shape)}, window {list(group.kernel)}, "
-            f"stride {list(group.stride)}, padding {list(group.padding)}, its epilogue")
-    return _per_output(group, what, params, lines, {group.x} | dense(reads))
+            f"stride {list(group.stride)}, padding {list(group.padding)}"
+            + (", its prologue at each element read" if group.prologue else "") + ", its epilogue")
+    dense_inputs = dense(per_element + reads) | (set() if group.prologue else {group.x})
+    return _per_output(group, what, params, lines, dense_inputs)
+
+
+def _prologue_reads(group: PoolGroup, values: dict[str, Value]) -> tuple[list[Read], list[Read]]:
+    """The prologue's inputs: those constant over a window (one value per image and channel, a bias)
+    loaded once per output element, and the rest at each element the window reads (index `xi`)."""
+    channel_space = tuple(group.in_shape[:2]) + (1,) * (len(group.in_shape) - 2)
+    per_channel, per_element = [], []
+    for v in group.inputs:
+        if v.name not in group.prologue_inputs():
+            continue
+        shape = (1,) * (len(group.in_shape) - len(v.shape)) + tuple(v.shape)
+        if not v.scalar and all(s == 1 for s in shape[2:]) and prod(group.in_shape[2:]) > 1:
+            per_channel.append(read(values[v.name], channel_space, "xc_", "sc_"))
+        else:
+            per_element.append(read(values[v.name], group.in_shape, "xi_", "si_"))
+    return per_channel, per_element
+
+
+def _element(group: PoolGroup, per_channel: list[Read], per_element: list[Read]):
+    """The lines computing the prologue at input offset `offset` (x ends in v_<x>)."""
+    def lines(offset: str) -> list[str]:
+        names = {r.value.name: r.var for r in per_channel + per_element}
+        loads = [f"const float {r.var} = {r.load('xi')};" for r in per_element]
+        return [f"const int64_t xi = {offset};"] + loads + ops.body_lines(group.prologue, names, "")
+    return lines
+
+
+def _channel_flat(group: PoolGroup) -> str:
+    return f"(n * {group.in_shape[1]}LL + c)"
 
 
 def cat(group: CatGroup) -> Generated:
