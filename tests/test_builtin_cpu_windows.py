@@ -418,6 +418,9 @@ def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path, monke
     assert "ks_col.data()" in GENERATED["grouped"] and "ks_col.data()" not in GENERATED["conv1x1"]
     assert "l0 += 4LL" in GENERATED["grouped"]  # 9 output lines of 288 bytes of columns: tiles of 4, 4 and 1
     assert "sgemm_(" not in GENERATED["transposed"]
+    # pooling's first variant walks output lines, each window tap a simd loop whose range leaves out the padding
+    assert all("acc[o2 - t0] = (x > acc[o2 - t0]" in GENERATED[name] for name in ("maxpool", "maxpool3d"))
+    assert all("acc[o2 - t0] += x;" in GENERATED[name] for name in ("avgpool", "avgpool3d", "conv_avgpool"))
     # which pools compute their operand where they read it (a prologue), and in how many kernels
     pools = {name: next(g for g in plans[name][0].groups() if g.kind == "pool") for name in CASES if "pool" in name}
     moved = {name for name, group in pools.items() if group.prologue}

@@ -35,14 +35,14 @@ def _kernel(group: Group) -> tuple[str, list[str]]:
         return gemm(group)
     if isinstance(group, ConvGroup):
         return conv(group)
+    if isinstance(group, PoolGroup):
+        return pool(group)
     return _looped(group), [name for name, _ in SCHEDULES]
 
 
 def _looped(group: Group) -> str:
     if isinstance(group, ReductionGroup):
         return scan(group) if group.reduce in SCANS else reduction(group)
-    if isinstance(group, PoolGroup):
-        return pool(group)
     if isinstance(group, CatGroup):
         return cat(group)
     raise ValueError(f"no CPU generator for {group.kind}")

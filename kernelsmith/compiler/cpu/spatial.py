@@ -9,6 +9,7 @@ from __future__ import annotations
 from math import prod
 
 from kernelsmith.compiler.cpu.common import SCHEDULES, as_float, body_lines, dispatched, loads, store, variants
+from kernelsmith.compiler.cpu import pool as pool_rows
 from kernelsmith.compiler.cpu.gemm import INT_MAX, SGEMM_DECLARATION
 from kernelsmith.compiler.cstyle import window
 from kernelsmith.compiler.ir import CatGroup, ConvGroup, PoolGroup
@@ -115,7 +116,14 @@ def _epilogue_pass(group: ConvGroup, y: str) -> str:
             + "\n".join(body) + "\n  }")
 
 
-def pool(group: PoolGroup) -> str:
+def pool(group: PoolGroup) -> tuple[str, list[str]]:
+    """The kernel's C++ and its variants' names: by output lines first (cpu/pool.py), then the flat loops."""
+    flat = [_pool_flat(group, pragma) for _, pragma in SCHEDULES]
+    return dispatched(group, [pool_rows.row_body(group)] + flat), [pool_rows.ROW_VARIANT] + \
+        [f"one output per step, {name}" for name, _ in SCHEDULES]
+
+
+def _pool_flat(group: PoolGroup, pragma: str) -> str:
     """One output element per step: the window's max or mean (of x, or of the prologue computed at each
     element the window reads), then the epilogue."""
     if group.prologue:
@@ -127,7 +135,8 @@ def pool(group: PoolGroup) -> str:
     else:
         x = [v.name for v in group.inputs].index(group.x)
         lines = window.pool_lines(group, as_float(group.inputs[x], f"in{x}[{{}}]"))
-    return _per_output(group, [f"    {line}" for line in lines], f"v_{group.result}", tuple(group.prologue_inputs()))
+    return _per_output_loop(group, [f"    {line}" for line in lines], f"v_{group.result}",
+                            tuple(group.prologue_inputs()), pragma)
 
 
 def cat(group: CatGroup) -> str:
@@ -139,11 +148,6 @@ def cat(group: CatGroup) -> str:
     body = [f"    {line}" for line in window.cat_lines(group, read)]
     body += ["    " + store(o, f"out{j}[flat]", f"v_{group.result}") for j, o in enumerate(group.outputs)]
     return _flat_loop(group, body)
-
-
-def _per_output(group, compute: list[str], result: str, operands: tuple[str, ...]) -> str:
-    """A loop over the output elements of a window op ([N, C, *spatial]), under each schedule."""
-    return variants(group, lambda pragma: _per_output_loop(group, compute, result, operands, pragma))
 
 
 def _per_output_loop(group, compute: list[str], result: str, operands: tuple[str, ...], pragma: str) -> str:
