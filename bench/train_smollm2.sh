@@ -119,8 +119,9 @@ eval_stage eval-before $KS bench "$W/held" --backend hf --model "$W/base" --max-
   --device "$DEVICE" --out "$W/eval-before" --resume
 eval_stage eval-dev-before $KS bench "$W/dev" --backend hf --model "$W/base" --max-turns "$TURNS" --workers "$WORKERS" \
   --device "$DEVICE" --out "$W/eval-dev-before" --resume
-if [ -f "$RFT_FROM" ]; then  # the teacher's trajectories of an earlier run (rendered by this same tokenizer)
-  stage rft $KS train rft --data "$RFT_FROM" --model "$W/base" --out "$W/rft" --device "$DEVICE"
+if [ -f "$RFT_FROM" ]; then  # the teacher's trajectories of an earlier run (rendered by this same tokenizer),
+  # split one call per reply here where they were exported with replies as made (session 46's run)
+  stage rft $KS train rft --data "$RFT_FROM" --model "$W/base" --out "$W/rft" --device "$DEVICE" --one-call-per-reply
 else
   [ -e "$W/.done-rft-tasks" ] || { mkdir -p "$W/rft-tasks" && ls "$W/train"/*.py | sort | head -n "$RFT_TASKS" \
     | xargs -I{} cp {} "$W/rft-tasks/" && touch "$W/.done-rft-tasks"; }

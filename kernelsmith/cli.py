@@ -631,6 +631,8 @@ def train_import(
 
     summary = checkpoint.import_model(source.resolve(), out.resolve(), chat_template)
     console.print(f"{summary['parameters'] / 1e6:.1f}M parameters; {escape(summary['template'])}", soft_wrap=True)
+    if summary.get("end_of_turn"):
+        console.print(f"end of sequence: {escape(summary['end_of_turn'])}", soft_wrap=True)
     console.print(f"checkpoint: {escape(summary['out'])}", soft_wrap=True)
 
 

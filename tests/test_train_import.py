@@ -54,6 +54,24 @@ def test_a_model_whose_template_ignores_tools_gets_chatml_with_tools_and_its_wei
     assert provenance["source"] == str(source) and provenance["parameters"] == weights(source).numel()
 
 
+def test_a_chatml_model_whose_eos_is_not_the_turn_end_gets_im_end(tmp_path):
+    """A GGUF read by transformers 5.17 gave SmolLM2's tokenizer <|im_start|> as its end of sequence: replies would
+    run past <|im_end|>. The imported checkpoint ends a sequence with <|im_end|>, in its tokenizer and its config."""
+    source = model(tmp_path / "smol", NO_TOOLS)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(source))
+    tokenizer.eos_token = "<|im_start|>"
+    tokenizer.save_pretrained(str(source))
+    proc = kernelsmith(str(source), "--out", str(tmp_path / "ready"))
+    assert proc.returncode == 0 and "end of sequence: <|im_end|> (was <|im_start|>)" in proc.stdout, proc.stdout + proc.stderr
+    ready = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "ready"))
+    im_end = ready.convert_tokens_to_ids("<|im_end|>")
+    assert ready.eos_token == "<|im_end|>" and ready.eos_token_id == im_end
+    config = json.loads((tmp_path / "ready" / "config.json").read_text())
+    generation = json.loads((tmp_path / "ready" / "generation_config.json").read_text())
+    assert config["eos_token_id"] == generation["eos_token_id"] == im_end
+    assert "end_of_turn" in json.loads((tmp_path / "ready" / "kernelsmith-import.json").read_text())
+
+
 def test_a_template_that_shows_tools_is_kept(tmp_path):
     source = model(tmp_path / "qwenish", CHATML)
     proc = kernelsmith(str(source), "--out", str(tmp_path / "ready"))

@@ -149,6 +149,23 @@ def test_rft_end_to_end_with_the_builtin_teacher_and_no_api_key(tmp_path):
     assert reused["kept"] == selection["kept"] and reused["sessions"] == 1 and not (again_out / "rollouts").exists()
     assert (again_out / "trajectories.jsonl").read_text() == (out / "trajectories.jsonl").read_text()  # train value reads it
     assert (again_out / "config.json").is_file() and (again_out / "metrics.jsonl").read_text().strip()
+    # trajectories exported with replies as made, split one call per reply on the way in (--data with
+    # --one-call-per-reply): the same rows as the sessions exported that way, and what value reads
+    split_out, direct = tmp_path / "split", tmp_path / "direct.jsonl"
+    proc = subprocess.run(cli + data_args[:5] + [str(split_out)] + data_args[6:] + ["--one-call-per-reply"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    exported = subprocess.run([sys.executable, "-m", "kernelsmith.cli", "train", "trajectories", str(out / "rollouts"),
+                               "--out", str(direct), "--tokenizer", str(student), "--one-call-per-reply"],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    split = [json.loads(line) for line in (split_out / "trajectories.jsonl").read_text().splitlines()]
+    want = [json.loads(line) for line in direct.read_text().splitlines()]
+    fields = ("messages", "input_ids", "loss_mask", "turns", "rewards", "replies")
+    assert [[row[f] for f in fields] for row in split] == [[row[f] for f in fields] for row in want]
+    def several(rows):  # replies of more than one call (one whose calls were not all answered stays whole)
+        return sum(len(m.get("tool_calls") or []) > 1 for row in rows for m in row["messages"])
+    assert several(split) < several(kept) and all(row["replies"] == "one call each" for row in split)
     # another chat template's token ids are another model's: refused in one line, as is asking for both sources
     other = build_tokenizer(tmp_path / "other", CHATML.replace("# Tools", "## Tools"), corpus, vocab_size=3000)
     tiny_llama(other, vocab_size=3000)

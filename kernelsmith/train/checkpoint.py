@@ -118,12 +118,16 @@ def import_model(source: Path, out: Path, mode: str = "auto") -> dict:
     fault = template_fault(tokenizer)
     if fault:  # the installed template must pass the same check the exporter makes
         raise BadInput(f"the chat template still cannot serve the agent: {fault}")
+    turn_end = _chatml_turn_end(tokenizer)
     model = load_model(source)
+    if turn_end is not None:  # generation stops where a reply ends, and the config says so too
+        model.config.eos_token_id = model.generation_config.eos_token_id = tokenizer.eos_token_id
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     summary = {"source": str(source), "sha256": _digest(source), "template": done,
                "parameters": sum(p.numel() for p in model.parameters()), "out": str(out)}
+    summary.update({"end_of_turn": turn_end} if turn_end else {})
     (out / PROVENANCE).write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
@@ -136,6 +140,16 @@ def _require_special_tokens(tokenizer) -> None:
         if len(tokenizer.encode(marker, add_special_tokens=False)) != 1:
             raise BadInput(f"the tokenizer has no single token for {marker}: ChatML would be plain text to it",
                            "use a ChatML model, or keep its own template with --chat-template keep")
+
+
+def _chatml_turn_end(tokenizer) -> str | None:
+    """Under ChatML a reply ends with <|im_end|>, so that must be the end-of-sequence token: generation stops
+    there, and the exporter's loss mask ends there. A GGUF read by transformers 5.17 gave SmolLM2's tokenizer
+    <|im_start|> (2026-12-06); it is set here, and what it was is said. None where nothing changed."""
+    if "<|im_end|>" not in (tokenizer.chat_template or "") or tokenizer.eos_token == "<|im_end|>":
+        return None
+    was, tokenizer.eos_token = tokenizer.eos_token, "<|im_end|>"
+    return f"<|im_end|> (was {was})"
 
 
 def _digest(source: Path) -> str | None:

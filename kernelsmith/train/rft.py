@@ -163,11 +163,31 @@ def _given(plan: RftPlan) -> tuple[list[dict], dict]:
     from kernelsmith.train import value
 
     rows = value.read_trajectories(plan.data)
-    check_tokenizer(rows, plan.model)
     plan.out.mkdir(parents=True, exist_ok=True)
-    if plan.data.resolve() != (plan.out / "trajectories.jsonl").resolve():
+    if plan.one_call_per_reply:  # split, and rendered again from their messages by the student's tokenizer
+        rows = _split(rows, plan.model)
+    check_tokenizer(rows, plan.model)
+    if plan.one_call_per_reply:
+        _write_rows(rows, plan.out / "trajectories.jsonl")
+    elif plan.data.resolve() != (plan.out / "trajectories.jsonl").resolve():
         shutil.copyfile(plan.data, plan.out / "trajectories.jsonl")
     return rows, {"sessions": len({r.get("session_id") for r in rows}), "skipped_sessions": [], "data": str(plan.data)}
+
+
+def _split(rows: list[dict], model: Path) -> list[dict]:
+    from transformers import AutoTokenizer
+
+    from kernelsmith.train import trajectories
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+    info = trajectories.tokenizer_info(tokenizer, model)
+    return [trajectories.split_row(row, tokenizer, info) for row in rows]
+
+
+def _write_rows(rows: list[dict], path: Path) -> None:
+    temporary = path.with_name(path.name + ".tmp")  # plan.data may be this very file
+    temporary.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    temporary.replace(path)
 
 
 def check_tokenizer(rows: list[dict], model: Path) -> None:

@@ -112,6 +112,23 @@ def split_replies(chat: Chat) -> Chat:
     return out
 
 
+def split_row(row: dict[str, Any], tokenizer, info: dict[str, Any]) -> dict[str, Any]:
+    """An exported trajectory with one call per reply (split_replies; idempotent), rendered again from its
+    messages by `tokenizer` (recorded as `info`) and checked as an export is: its ids become that tokenizer's,
+    whichever rendered it before. Each milestone reward moves to the last token of its turn's last reply."""
+    turns: list[int | None] = [None] * len(row["messages"])
+    for span in row["turns"]:
+        turns[span["message"]] = span["turn"]
+    chat = split_replies(Chat(row["messages"], turns))
+    rendered = render_chat(tokenizer, chat, row["tools"], f"the trajectory of session {row.get('session_id')}")
+    last = {span["turn"]: span["end"] - 1 for span in rendered.spans if span["end"] > span["start"]}
+    rewards = {**row["rewards"], "turns": [{**r, "token": last[r["turn"]]} for r in row["rewards"].get("turns", [])
+                                           if r["turn"] in last]}
+    return {**row, "messages": chat.messages, "text": rendered.text, "input_ids": rendered.input_ids,
+            "loss_mask": rendered.loss_mask, "turns": rendered.spans, "rewards": rewards, "replies": "one call each",
+            "stats": {"tokens": len(rendered.input_ids), "policy_tokens": sum(rendered.loss_mask)}, "tokenizer": info}
+
+
 def _outputs_after(messages: list[dict], i: int) -> dict[str, dict]:
     """The tool messages right after message i, by the call they answer."""
     found: dict[str, dict] = {}
