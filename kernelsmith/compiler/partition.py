@@ -304,20 +304,27 @@ class Partitioner:
             return False
         group.prologue = list(ops)
         if isinstance(chain, PointwiseGroup):
-            group.name = chain.name.replace("_pointwise", "_pool")
-            group.inputs = chain.inputs
-            self.steps[chain_index := len(self.steps) - 1] = group  # the chain becomes the prologue, in place
-            self.own(node.name, chain_index)
+            self.replace_chain(chain, group, node)
         else:
-            chain.epilogue = []
-            core = {getattr(chain, f, None) for f in ("a", "b", "bias", "x", "w")}
-            reads = [chain.result] + [a for op in ops for a in op.tensor_args() if a not in made]
-            chain.inputs = [v for v in chain.inputs if v.name in core]
-            self.plan.add_inputs(group, reads)
-            self.push(group, node.name)
+            self.take_epilogue(chain, group, node)
         for name in made:
             self.own(name, self.owner[node.name])
         return True
+
+    def replace_chain(self, chain: PointwiseGroup, group: PoolGroup, node: Node) -> None:
+        """The chain, the last step, becomes the pool (its body the prologue), in place."""
+        group.name, group.inputs = chain.name.replace("_pointwise", "_pool"), chain.inputs
+        self.steps[-1] = group
+        self.own(node.name, len(self.steps) - 1)
+
+    def take_epilogue(self, library: Group, group: PoolGroup, node: Node) -> None:
+        """The library call keeps its core operands and writes its bare result, which the pool reads."""
+        made = {op.out for op in library.epilogue}
+        reads = [library.result] + [a for op in library.epilogue for a in op.tensor_args() if a not in made]
+        core = {getattr(library, f, None) for f in ("a", "b", "bias", "x", "w")}
+        library.epilogue, library.inputs = [], [v for v in library.inputs if v.name in core]
+        self.plan.add_inputs(group, reads)
+        self.push(group, node.name)
 
     # --- concatenation -------------------------------------------------------------------------
 
