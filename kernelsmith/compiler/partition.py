@@ -191,22 +191,30 @@ class Partitioner:
         written and read again."""
         if not isinstance(library, (GemmGroup, ConvGroup, PoolGroup)) or not library.epilogue:
             return False
-        moved = {op.out for op in library.epilogue}
-        readers = [r for v in moved for r in self.graph.consumers.get(v, [])]
-        return library.out_shape == self.values[node.args[0]].shape and all(r in moved or r == node.name
-                                                                           for r in readers)
+        return library.out_shape == self.values[node.args[0]].shape and self.only_read_by(library.epilogue, node)
+
+    def only_read_by(self, ops: list[Op], node: Node) -> bool:
+        """Nothing but these ops themselves and `node` reads what they make (forward's return counts)."""
+        made = {op.out for op in ops}
+        return all(r in made or r == node.name for v in made for r in self.graph.consumers.get(v, []))
 
     def move_epilogue(self, library: Group, group: ReductionGroup, node: Node) -> None:
-        group.prologue, library.epilogue = library.epilogue, []
-        moved = {op.out for op in group.prologue}
-        core = {getattr(library, f, None) for f in ("a", "b", "bias", "x", "w")}
-        core |= library.prologue_inputs() if isinstance(library, PoolGroup) else set()
-        reads = [library.result] + [a for op in group.prologue for a in op.tensor_args() if a not in moved]
-        library.inputs = [v for v in library.inputs if v.name in core]
+        group.prologue, reads = library.epilogue, self.detach_epilogue(library)
         self.plan.add_inputs(group, reads)
         self.push(group, node.name)
-        for name in moved:
-            self.own(name, len(self.steps) - 1)
+        for op in group.prologue:
+            self.own(op.out, len(self.steps) - 1)
+
+    @staticmethod
+    def detach_epilogue(library: Group) -> list[str]:
+        """Empty a library call's epilogue, leaving it its core operands and its bare result; what the
+        epilogue read (that result first), for the kernel that now runs it."""
+        made = {op.out for op in library.epilogue}
+        reads = [library.result] + [a for op in library.epilogue for a in op.tensor_args() if a not in made]
+        core = {getattr(library, f, None) for f in ("a", "b", "bias", "x", "w")}
+        core |= library.prologue_inputs() if isinstance(library, PoolGroup) else set()
+        library.epilogue, library.inputs = [], [v for v in library.inputs if v.name in core]
+        return reads
 
     # --- GEMMs -----------------------------------------------------------------------------
 
@@ -296,19 +304,17 @@ class Partitioner:
         overlap = prod(max(1.0, k / s) for k, s in zip(group.kernel, group.stride))
         ops = chain.body if isinstance(chain, PointwiseGroup) else getattr(chain, "epilogue", None)
         space = chain.shape if isinstance(chain, PointwiseGroup) else getattr(chain, "out_shape", None)
-        if not ops or space != group.in_shape or overlap > MAX_POOL_OVERLAP or isinstance(chain, PoolGroup):
-            return False
-        made = {op.out for op in ops}
-        readers = [r for v in made for r in self.graph.consumers.get(v, [])]
-        if not all(r in made or r == node.name for r in readers):
+        if not ops or space != group.in_shape or overlap > MAX_POOL_OVERLAP or isinstance(chain, PoolGroup) \
+                or not self.only_read_by(ops, node):
             return False
         group.prologue = list(ops)
         if isinstance(chain, PointwiseGroup):
             self.replace_chain(chain, group, node)
         else:
-            self.take_epilogue(chain, group, node)
-        for name in made:
-            self.own(name, self.owner[node.name])
+            self.plan.add_inputs(group, self.detach_epilogue(chain))
+            self.push(group, node.name)
+        for op in ops:
+            self.own(op.out, self.owner[node.name])
         return True
 
     def replace_chain(self, chain: PointwiseGroup, group: PoolGroup, node: Node) -> None:
@@ -317,14 +323,6 @@ class Partitioner:
         self.steps[-1] = group
         self.own(node.name, len(self.steps) - 1)
 
-    def take_epilogue(self, library: Group, group: PoolGroup, node: Node) -> None:
-        """The library call keeps its core operands and writes its bare result, which the pool reads."""
-        made = {op.out for op in library.epilogue}
-        reads = [library.result] + [a for op in library.epilogue for a in op.tensor_args() if a not in made]
-        core = {getattr(library, f, None) for f in ("a", "b", "bias", "x", "w")}
-        library.epilogue, library.inputs = [], [v for v in library.inputs if v.name in core]
-        self.plan.add_inputs(group, reads)
-        self.push(group, node.name)
 
     # --- concatenation -------------------------------------------------------------------------
 

@@ -71,10 +71,14 @@ def _element(group: PoolGroup) -> list[str]:
     if not group.prologue:
         index = [v.name for v in group.inputs].index(group.x)
         return [f"const float x = {as_float(group.inputs[index], f'in{index}[xi]')};"]
+    return prologue_lines(group) + [f"const float x = v_{group.x};"]
+
+
+def prologue_lines(group: PoolGroup) -> list[str]:
+    """The prologue's inputs loaded at input offset `xi`, then its ops (x ends in v_<x>); both variants' code."""
     names = {}
     lines = loads(group, group.in_shape, "xi", names, only=group.prologue_inputs())
-    lines = [line.strip() for line in lines + body_lines(group.prologue, names)]
-    return lines + [f"const float x = v_{group.x};"]
+    return [line.strip() for line in lines + body_lines(group.prologue, names)]
 
 
 def _finish(group: PoolGroup, g: dict) -> list[str]:

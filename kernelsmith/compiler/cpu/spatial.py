@@ -127,11 +127,8 @@ def _pool_flat(group: PoolGroup, pragma: str) -> str:
     """One output element per step: the window's max or mean (of x, or of the prologue computed at each
     element the window reads), then the epilogue."""
     if group.prologue:
-        def element(offset: str) -> list[str]:
-            names = {}
-            lines = loads(group, group.in_shape, "xi", names, only=group.prologue_inputs())
-            return [f"const int64_t xi = {offset};"] + [line.strip() for line in lines + body_lines(group.prologue, names)]
-        lines = window.pool_lines(group, f"v_{group.x}", element)
+        prologue = pool_rows.prologue_lines(group)
+        lines = window.pool_lines(group, f"v_{group.x}", lambda offset: [f"const int64_t xi = {offset};"] + prologue)
     else:
         x = [v.name for v in group.inputs].index(group.x)
         lines = window.pool_lines(group, as_float(group.inputs[x], f"in{x}[{{}}]"))

@@ -48,9 +48,9 @@ def _prologue_reads(group: PoolGroup, values: dict[str, Value]) -> tuple[list[Re
     """The prologue's inputs: those constant over a window (one value per image and channel, a bias)
     loaded once per output element, and the rest at each element the window reads (index `xi`)."""
     channel_space = tuple(group.in_shape[:2]) + (1,) * (len(group.in_shape) - 2)
-    per_channel, per_element = [], []
+    per_channel, per_element, at_in = [], [], group.prologue_inputs()
     for v in group.inputs:
-        if v.name not in group.prologue_inputs():
+        if v.name not in at_in:
             continue
         shape = (1,) * (len(group.in_shape) - len(v.shape)) + tuple(v.shape)
         if not v.scalar and all(s == 1 for s in shape[2:]) and prod(group.in_shape[2:]) > 1:
