@@ -185,9 +185,10 @@ def _split(rows: list[dict], model: Path) -> list[dict]:
 
 
 def _write_rows(rows: list[dict], path: Path) -> None:
-    temporary = path.with_name(path.name + ".tmp")  # plan.data may be this very file
-    temporary.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    temporary.replace(path)
+    from kernelsmith.train.trajectories import replaced_whole
+
+    with replaced_whole(path) as file:  # written aside: plan.data may be this very file
+        file.writelines(json.dumps(row) + "\n" for row in rows)
 
 
 def check_tokenizer(rows: list[dict], model: Path) -> None:

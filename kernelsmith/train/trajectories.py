@@ -121,12 +121,12 @@ def split_row(row: dict[str, Any], tokenizer, info: dict[str, Any]) -> dict[str,
         turns[span["message"]] = span["turn"]
     chat = split_replies(Chat(row["messages"], turns))
     rendered = render_chat(tokenizer, chat, row["tools"], f"the trajectory of session {row.get('session_id')}")
-    last = {span["turn"]: span["end"] - 1 for span in rendered.spans if span["end"] > span["start"]}
+    last = last_tokens(rendered.spans)
     rewards = {**row["rewards"], "turns": [{**r, "token": last[r["turn"]]} for r in row["rewards"].get("turns", [])
                                            if r["turn"] in last]}
     return {**row, "messages": chat.messages, "text": rendered.text, "input_ids": rendered.input_ids,
             "loss_mask": rendered.loss_mask, "turns": rendered.spans, "rewards": rewards, "replies": "one call each",
-            "stats": {"tokens": len(rendered.input_ids), "policy_tokens": sum(rendered.loss_mask)}, "tokenizer": info}
+            "stats": token_stats(rendered), "tokenizer": info}
 
 
 def _outputs_after(messages: list[dict], i: int) -> dict[str, dict]:
@@ -311,10 +311,15 @@ def check_template(tokenizer, tools: list[dict], where: str) -> None:
 
 def turn_rewards(evals: list[dict], spans: list[dict[str, int]]) -> list[dict[str, Any]]:
     """Each verify or profile's milestone reward, on the last policy token of the turn that called it."""
-    last_token = {span["turn"]: span["end"] - 1 for span in spans if span["end"] > span["start"]}
+    last_token = last_tokens(spans)
     return [{"turn": e["turn"], "token": last_token[e["turn"]], "tool": e["tool"], "attempt": e["attempt"],
              "reward": float(e["result"]["reward"])}
             for e in evals if e["tool"] in EVAL_TOOLS and _has_reward(e) and e["turn"] in last_token]
+
+
+def last_tokens(spans: list[dict[str, int]]) -> dict[int, int]:
+    """Each turn's last policy token (spans in order, so a turn of several replies gets its last one's)."""
+    return {span["turn"]: span["end"] - 1 for span in spans if span["end"] > span["start"]}
 
 
 def _has_reward(event: dict) -> bool:
@@ -390,13 +395,15 @@ class Template:
 
 def trajectory(source: Source, start: dict, state: SessionState, chat: Chat, rendered: Rendered,
                rewards: dict[str, Any], segment: tuple[int, int], template: Template) -> dict[str, Any]:
-    policy = sum(rendered.loss_mask)
     return {"format": FORMAT, "task": source.task, "session_id": start["session_id"],
             "segment": {"index": segment[0], "count": segment[1]}, "rewards": rewards,
             "messages": chat.messages, "tools": template.tools, "text": rendered.text,
             "input_ids": rendered.input_ids, "loss_mask": rendered.loss_mask, "turns": rendered.spans,
-            "stats": {"tokens": len(rendered.input_ids), "policy_tokens": policy},
-            "tokenizer": template.info, "provenance": provenance(source, start, state)}
+            "stats": token_stats(rendered), "tokenizer": template.info, "provenance": provenance(source, start, state)}
+
+
+def token_stats(rendered: Rendered) -> dict[str, int]:
+    return {"tokens": len(rendered.input_ids), "policy_tokens": sum(rendered.loss_mask)}
 
 
 def provenance(source: Source, start: dict, state: SessionState) -> dict[str, Any]:
