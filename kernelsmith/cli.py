@@ -687,12 +687,16 @@ def train_rft(
         min_reward: float = typer.Option(0.0, "--min-reward", help="keep trajectories whose final reward exceeds this"),
         epochs: float = typer.Option(2.0, "--epochs"), lr: float = typer.Option(1e-5, "--lr"),
         grad_accum: int = typer.Option(8, "--grad-accum", help="trajectories per optimizer step"),
-        max_tokens: int = typer.Option(32768, "--max-tokens", help="longer trajectories are left out, not cut"),
+        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="longer trajectories are left out, not "
+                                                 "cut (default: the student's window, else 32768)"),
         max_reply_tokens: Optional[int] = typer.Option(None, "--max-reply-tokens", help="the student's longest reply "
                                                        "at run time (default: KERNELSMITH_MAX_TOKENS or the "
                                                        "configured max_tokens); a trajectory with a longer one is "
                                                        "left out"),
-        one_call_per_reply: bool = OneCallOpt,
+        one_call_per_reply: bool = typer.Option(False, "--one-call-per-reply", help="the teacher calls one tool a "
+                                                "reply (builtin queues its calls; anthropic and openai are asked for "
+                                                "no parallel calls), so compaction runs between them as it will for "
+                                                "the student; replies of several calls are still split on export"),
         device: Optional[str] = DeviceOpt, precision: Optional[str] = PrecisionOpt) -> None:
     """Rejection-sampling fine-tuning: the teacher's verified sessions, selected, then SFT of the student."""
     import contextlib
@@ -707,15 +711,21 @@ def train_rft(
         raise BadInput(f"--samples must be at least 1, not {samples}")
     if max_reply_tokens is not None and max_reply_tokens < 1:
         raise BadInput(f"--max-reply-tokens must be at least 1, not {max_reply_tokens}")
+    if max_tokens is not None and max_tokens < 1:
+        raise BadInput(f"--max-tokens must be at least 1, not {max_tokens}")
     if bool(tasks) == (data is not None):
         raise BadInput("give --tasks (a teacher works on them) or --data (trajectories already exported), one of them")
     if not (model / "config.json").is_file():
         raise BadInput(f"no model checkpoint in {model}", "give a local folder with config.json, weights and a tokenizer")
     teacher_model = teacher_model or (str(model.resolve()) if teacher == "hf" else None)
-    # the teacher works in the student's window: the system prompt and the compactions the student will see
+    window = checkpoint_window(str(model))
+    # the teacher works in the student's window, counted in the student's tokens: the system prompt and the
+    # compactions the student will see; with --one-call-per-reply it calls one tool a reply, as the student will
     flags = {"backend": teacher, "model": teacher_model, "base_url": base_url, "script": script, "device": device,
-             "precision": precision, "max_turns": max_turns, "context_window": checkpoint_window(str(model))}
+             "precision": precision, "max_turns": max_turns, "context_window": window,
+             "window_tokenizer": str(model.resolve()), "one_call_per_reply": one_call_per_reply or None}
     settings = _with_device(load_bench_settings(flags))
+    max_tokens = max_tokens or window or rft.RftConfig.max_tokens
     plan = rft.RftPlan(bench_mod.task_files(tasks) if tasks else [], settings, samples, model.resolve(), out.resolve(),
                        workers, min_reward, rft.RftConfig(epochs=epochs, lr=lr, grad_accum=grad_accum, max_tokens=max_tokens,
                                                           max_reply_tokens=max_reply_tokens if max_reply_tokens is not None

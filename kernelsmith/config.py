@@ -31,6 +31,8 @@ class Settings:
     timeout_min: float | None = None
     context_window: int | None = None  # tokens; None: the backend's known window
     max_tokens: int = 8192  # per model reply
+    one_call_per_reply: bool = False  # at most one tool call a reply (a student's small window; train rft's teacher)
+    window_tokenizer: str | None = None  # a local tokenizer folder the context is counted with (rft: the student's)
     stream: bool = True  # False: plain JSON answers, for servers whose streaming is broken
     bash_timeout_s: float = 120.0
     trials: int = 5

@@ -135,6 +135,21 @@ def test_openai_request_body():
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_one_call_per_reply_asks_for_no_parallel_tool_calls(kind):
+    """A teacher for a student with a small window: the provider is told to make one call a reply (both SDKs
+    send their own field for it), and by default nothing of the kind is sent."""
+    with FakeAPI([TURN, TURN]) as api:
+        ask(make(kind, url_of(api, kind), one_call_per_reply=True))
+        ask(make(kind, url_of(api, kind)))
+    one, default = (r["body"] for r in api.requests)
+    if kind == "anthropic":
+        assert one["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+        assert "tool_choice" not in default
+    else:
+        assert one["parallel_tool_calls"] is False and "parallel_tool_calls" not in default
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_arguments_split_across_many_chunks(kind):
     args = {"shapes": [[1024, 4096], [7, 3]], "note": "ünïcode \"quoted\" {braces}", "deep": {"a": {"b": None}}}
     turn = {"tool_calls": [{"name": "verify", "arguments": args}, {"name": "profile", "arguments": {"n": 1}}],

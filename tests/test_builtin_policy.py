@@ -150,3 +150,43 @@ def test_variants_that_failed_beside_a_broken_default_are_tried_again_once_it_is
         seen.append(configs_of(reply))
     assert [1, 1] in seen and [2, 1] in seen  # kernel 0's variants, retried beside the working kernel 1
     assert configs_of(reply) == [0, 1] and "1.050x" in reply.tool_calls[-1].arguments["summary"]
+
+
+def play(backend, speedups: list[float], max_turns: int = 50) -> list:
+    """A whole session against synthetic results (each profile gets the next speed-up); the replies."""
+    messages, replies, turn_no = [], [], 0
+    while not replies or replies[-1].tool_calls[-1].name != "finish":
+        results = {}
+        for call in replies[-1].tool_calls if replies else []:
+            turn_no += 1
+            results[call.name] = (built() if call.name == "compile" else
+                                  profile_result(speedups.pop(0), turn_no, max_turns) if call.name == "profile"
+                                  else Observation("", budget=budget(turn_no, max_turns)))
+        replies.append(turn(backend, messages, **results))
+    return replies
+
+
+def calls_of(replies) -> list[tuple[str, dict]]:
+    return [(c.name, c.arguments) for r in replies for c in r.tool_calls]
+
+
+def test_one_call_per_reply_makes_the_same_calls_one_reply_each(tmp_path):
+    """A teacher for a student with a small window: the loop can compact between any two of its calls."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    batched = play(backend_for(tmp_path / "a"), [1.10, 1.30, 1.20])
+    single = backend_for(tmp_path / "b")
+    single.one_call_per_reply = True
+    one_each = play(single, [1.10, 1.30, 1.20])
+    assert all(len(r.tool_calls) == 1 for r in one_each)
+    assert calls_of(one_each) == calls_of(batched) and len(one_each) > len(batched)
+    assert configs_of(one_each[-2]) == [1]  # the same search: variant 1 (1.30x) written back, then finish
+
+
+def test_one_call_per_reply_still_finishes_inside_the_turn_budget(tmp_path):
+    """Trying a variant takes two replies then (write, profile), and so does finishing (write, finish)."""
+    backend = backend_for(tmp_path)
+    backend.one_call_per_reply = True
+    replies = play(backend, [1.05, 1.2, 1.3], max_turns=8)  # the plan and first profile take 5 of them
+    assert [c[0] for c in calls_of(replies)][-2:] == ["write_file", "finish"]
+    assert len(replies) <= 8

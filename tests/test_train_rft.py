@@ -114,7 +114,7 @@ def test_rft_end_to_end_with_the_builtin_teacher_and_no_api_key(tmp_path):
     cli = [sys.executable, "-m", "kernelsmith.cli", "train", "rft"]
     args = ["--tasks", str(Path(__file__).parent / "data" / "builtin" / "pointwise.py"), "--model", str(student),
             "--out", str(out), "--samples", "1", "--max-turns", "4", "--device", "cpu", "--epochs", "1",
-            "--grad-accum", "1", "--lr", "1e-3"]
+            "--grad-accum", "1", "--lr", "1e-3", "--max-tokens", "32768"]  # see the --data run without it below
     proc = subprocess.run(cli + args, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     selection = json.loads((out / "rft.json").read_text())
@@ -142,13 +142,20 @@ def test_rft_end_to_end_with_the_builtin_teacher_and_no_api_key(tmp_path):
     # the same trajectories again, fine-tuned on without a teacher (--data): no session is played
     again_out = tmp_path / "again"
     data_args = ["--data", str(out / "trajectories.jsonl"), "--model", str(student), "--out", str(again_out),
-                 "--device", "cpu", "--epochs", "1", "--grad-accum", "1"]
+                 "--device", "cpu", "--epochs", "1", "--grad-accum", "1", "--max-tokens", "32768"]
     proc = subprocess.run(cli + data_args, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     reused = json.loads((again_out / "rft.json").read_text())
     assert reused["kept"] == selection["kept"] and reused["sessions"] == 1 and not (again_out / "rollouts").exists()
     assert (again_out / "trajectories.jsonl").read_text() == (out / "trajectories.jsonl").read_text()  # train value reads it
     assert (again_out / "config.json").is_file() and (again_out / "metrics.jsonl").read_text().strip()
+    # without --max-tokens, rows longer than the student's window are left out: this tokenizer spends 3,800 of its
+    # 4,096 positions on the system prompt, the tools and the task, so the teacher's batched replies never fit
+    longest = max(len(row["input_ids"]) for row in kept)
+    refused = subprocess.run(cli + data_args[:5] + [str(tmp_path / "windowed")] + data_args[6:-2],
+                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert longest > 4096 and refused.returncode == 2, (longest, refused.stderr[-2000:])
+    assert "no trajectory fits 4096 tokens" in refused.stderr and "Traceback" not in refused.stderr
     # trajectories exported with replies as made, split one call per reply on the way in (--data with
     # --one-call-per-reply): the same rows as the sessions exported that way, and what value reads
     split_out, direct = tmp_path / "split", tmp_path / "direct.jsonl"

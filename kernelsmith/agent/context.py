@@ -101,6 +101,14 @@ class TokenCounter:
         self.factor = self._clamp((1 - weight) * self.factor + weight * ratio)
         self.observations += 1
 
+    def calibrate(self, estimated: int, exact: int) -> None:
+        """Take an exact count of the request as it is now (a tokenizer's) as the factor outright: the
+        context's mix of prose and code, and so its characters per token, changes as the session goes. Not
+        clamped: the clamp guards against odd usage reports, and a count of the request itself is not one."""
+        if estimated > 0 and exact > 0:
+            self.factor = exact / estimated
+            self.observations += 1
+
     def scale(self, estimated: int) -> int:
         return round(estimated * self.factor)
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Callable
 
 from kernelsmith.agent import context
 from kernelsmith.agent.env import KernelEnv
-from kernelsmith.backends.base import Backend, TextSink
+from kernelsmith.backends.base import Backend, TextSink, ToolSpec
 
 COMPACT_TO = 0.5  # of the window, so that compaction is not needed again at once
 KEEP_RECENT = (6, 3, 1)  # turns kept verbatim by compaction, tried in this order
+# a request's exact length in the tokens of the model whose window counts (system, messages, tools)
+Measure = Callable[[str, list[dict], list[ToolSpec]], int]
 
 
 @dataclass
@@ -25,6 +28,7 @@ class Agent:
     env: KernelEnv
     window: int
     on_text: TextSink | None = None
+    measure: Measure | None = None  # None: estimated, calibrated by the usage the backend reports
 
     def __post_init__(self):
         self.tools_json = json.dumps([s.__dict__ for s in self.env.specs])
@@ -39,7 +43,7 @@ class Agent:
             reply = self.backend.complete(env.system, env.messages, env.specs, on_text=self.on_text)
             env.model_turn(reply)
             u = reply.usage
-            if u.input_tokens + u.cache_read_tokens + u.cache_write_tokens:
+            if self.measure is None and u.input_tokens + u.cache_read_tokens + u.cache_write_tokens:
                 self.counter.observe(estimated, u.input_tokens + u.cache_read_tokens + u.cache_write_tokens)
             env.step_all(reply.tool_calls)
             if env.reason == "finish":
@@ -49,13 +53,25 @@ class Agent:
     def compact_if_needed(self) -> None:
         """Compact older turns when the next call would fill the window past the threshold."""
         env = self.env
-        tokens = self.counter.count(env.system, env.messages, self.tools_json)
+        tokens = self.tokens(env.messages)
         if not context.should_compact(tokens, self.window):
             return
         budget, note = int(self.window * COMPACT_TO), env.state_note()
         for keep_recent in KEEP_RECENT:  # fewer verbatim recent turns only when the budget demands it
             compacted, stats = context.compact(env.messages, budget, note, keep_recent=keep_recent,
                                                system=env.system, tools_json=self.tools_json, counter=self.counter)
+            if self.measure is not None:  # the compacted text's own ratio, for the next try too
+                stats["after_tokens"] = self.tokens(compacted)
             if stats["after_tokens"] <= budget:
                 break
         env.compacted(compacted, tokens, stats)
+
+    def tokens(self, messages: list[dict]) -> int:
+        """The next request's length: measured where there is a measure (which calibrates the estimate that
+        compaction works with), else the calibrated estimate."""
+        estimated = context.estimate_tokens(self.env.system, messages, self.tools_json)
+        if self.measure is None:
+            return self.counter.scale(estimated)
+        exact = self.measure(self.env.system, messages, self.env.specs)
+        self.counter.calibrate(estimated, exact)
+        return exact

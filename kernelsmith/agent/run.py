@@ -84,7 +84,19 @@ def _resumed_settings(state: reader.SessionState, flags: Settings) -> Settings:
 
 def _agent(settings: Settings, backend: Backend, env: KernelEnv, on_text: TextSink | None) -> Agent:
     backend.bind(env.workdir, env.config.device, env.config.precision)
-    return Agent(backend, env, context_window(backend_name(settings), settings), on_text=on_text)
+    return Agent(backend, env, context_window(backend_name(settings), settings), on_text=on_text,
+                 measure=_measure(settings))
+
+
+def _measure(settings: Settings):
+    """Requests counted in the tokens of the model whose window it is: the window_tokenizer setting's (train rft:
+    the student's, whatever the teacher), else a local hf checkpoint's own; None: estimated."""
+    folder = settings.window_tokenizer or (settings.model if backend_name(settings) == "hf" else None)
+    if not folder:
+        return None
+    from kernelsmith.backends.hf import PromptTokens
+
+    return PromptTokens(folder)
 
 
 class Interrupted(KeyboardInterrupt):

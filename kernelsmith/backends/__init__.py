@@ -72,13 +72,13 @@ def create_backend(settings: Settings) -> Backend:
             raise BadInput("the scripted backend needs --script FILE (a JSON list of turns or an events.jsonl)")
         return factory(settings.script)
     if name == "builtin":
-        return factory()
+        return factory(one_call_per_reply=settings.one_call_per_reply)
     if name == "hf":
         return factory(settings.model, max_tokens=settings.max_tokens, device=settings.device)
     if name == "openai" and settings.base_url and not settings.model:
         raise BadInput("--model is required with --base-url", hint="the server's /v1/models lists its names")
     return factory(settings.model or DEFAULT_MODELS[name], base_url=settings.base_url,
-                   max_tokens=settings.max_tokens, stream=settings.stream)
+                   max_tokens=settings.max_tokens, stream=settings.stream, one_call_per_reply=settings.one_call_per_reply)
 
 
 __all__ = ["Backend", "BackendError", "backend_name", "context_window", "create_backend"]

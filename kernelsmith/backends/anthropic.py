@@ -18,7 +18,8 @@ class AnthropicBackend(BackendBase):
     name = "anthropic"
 
     def __init__(self, model: str, api_key: str | None = None, base_url: str | None = None,
-                 max_tokens: int = 8192, max_retries: int = 4, timeout_s: float = 600.0, stream: bool = True):
+                 max_tokens: int = 8192, max_retries: int = 4, timeout_s: float = 600.0, stream: bool = True,
+                 one_call_per_reply: bool = False):
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise BackendError("ANTHROPIC_API_KEY is not set",
@@ -26,6 +27,7 @@ class AnthropicBackend(BackendBase):
         self.model = model
         self.max_tokens = max_tokens
         self.stream = stream
+        self.one_call_per_reply = one_call_per_reply
         # An explicit api_key keeps the SDK from looking for profiles or other credentials.
         self.client = anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=max_retries,
                                           timeout=timeout_s)
@@ -37,6 +39,8 @@ class AnthropicBackend(BackendBase):
                    "messages": to_wire(messages), "tools": tools_to_wire(tools)}
         if not request["tools"]:
             del request["tools"]
+        elif self.one_call_per_reply:
+            request["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
         try:
             message = self._streamed(request, on_text) if self.stream else self._plain(request, on_text)
         except Exception as err:

@@ -7,7 +7,9 @@ observations: the build, the EvalResult, the budget; never their text) and retur
 3. search: for each kernel with several launch variants, try each one (model_new.py changes,
    kernels/ does not) and keep the fastest; every new best is committed by the loop;
 4. write back the best configuration and finish.
-What it cannot generate is reported as unsupported, never replaced by torch ops.
+What it cannot generate is reported as unsupported, never replaced by torch ops. With
+`one_call_per_reply` (a teacher for a student whose window is small) a turn's calls go out one reply
+each, so the loop can compact between them; the phase that reads their results runs after the last.
 
 The compiler it drives is kernelsmith.compiler (it imports torch, so it is imported only when a
 session plans); this module is the search.
@@ -46,12 +48,14 @@ class SearchState:
 class BuiltinBackend(BackendBase):
     name = "builtin"
 
-    def __init__(self, model: str = "builtin", **_ignored):
+    def __init__(self, model: str = "builtin", one_call_per_reply: bool = False, **_ignored):
         self.model = model
         self.workdir: Path | None = None
         self.device, self.precision = "cpu", "fp32"
         self.state = SearchState()
         self.calls = 0
+        self.one_call_per_reply = one_call_per_reply
+        self.queued: list[tuple[str, dict]] = []  # a turn's calls not yet sent (one_call_per_reply)
 
     def bind(self, workdir: Path, device: str, precision: str) -> None:
         """The workdir the session runs in: the policy reads model.py from it."""
@@ -59,12 +63,22 @@ class BuiltinBackend(BackendBase):
 
     def complete(self, system: str, messages: list[dict], tools: list[ToolSpec], on_text=None) -> Reply:
         self.calls += 1
-        results = _last_observations(messages)
-        text, calls = getattr(self, f"_{self.state.phase}")(results, _turns_left(results))
+        text, calls = self._turn(messages)
         if on_text and text:
             on_text(text)
         tool_calls = [ToolCall(f"b{self.calls}_{i}", name, args) for i, (name, args) in enumerate(calls)]
         return Reply(text, tool_calls, Usage(), stop_reason="builtin", model=self.model)
+
+    def _turn(self, messages: list[dict]) -> tuple[str, list[tuple[str, dict]]]:
+        """The next queued call, or the phase's next turn (its first call only, the rest queued, when one call
+        goes out per reply)."""
+        if self.queued:
+            return "", [self.queued.pop(0)]
+        results = _last_observations(messages)
+        text, calls = getattr(self, f"_{self.state.phase}")(results, _turns_left(results, self.one_call_per_reply))
+        if self.one_call_per_reply:
+            calls, self.queued = calls[:1], calls[1:]
+        return text, calls
 
     # --- phases: each returns (text, [(tool, arguments), ...]) ------------------------------------
 
@@ -184,8 +198,11 @@ def _last_observations(messages: list[dict]) -> dict[str, dict]:
     return found
 
 
-def _turns_left(observations: dict[str, dict]) -> int | None:
+def _turns_left(observations: dict[str, dict], one_call_per_reply: bool = False) -> int | None:
+    """Turns left, in the phases' unit: a turn of up to two calls (a write and a profile, or a write and finish),
+    which takes two replies when one call goes out per reply."""
     for obs in observations.values():
         if (obs.get("budget") or {}).get("turns_left") is not None:
-            return int(obs["budget"]["turns_left"])
+            left = int(obs["budget"]["turns_left"])
+            return left // 2 if one_call_per_reply else left
     return None

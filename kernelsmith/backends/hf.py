@@ -48,6 +48,29 @@ def _call(body: str, call_id: str) -> ToolCall | None:
     return ToolCall(call_id, value["name"], arguments)
 
 
+def prompt_text(tokenizer, system: str, messages: list[dict], tools: list[ToolSpec]) -> str:
+    """A request rendered by `tokenizer`'s chat template as `train trajectories` renders it, ready for a reply."""
+    from kernelsmith.train import trajectories
+
+    chat = trajectories.chat_of(system, messages, [None] * len(messages))
+    return tokenizer.apply_chat_template(chat.messages, tools=trajectories.hf_tools(tools),
+                                         add_generation_prompt=True, tokenize=False)
+
+
+class PromptTokens:
+    """A request's length in a checkpoint's own tokens: the context a session keeps under that model's window,
+    counted exactly rather than at 4 characters a token (SmolLM2 spends about 2.8 on kernel code)."""
+
+    def __init__(self, folder: str | Path):
+        from kernelsmith.train.trajectories import load_tokenizer
+
+        self.tokenizer = load_tokenizer(Path(folder))
+
+    def __call__(self, system: str, messages: list[dict], tools: list[ToolSpec]) -> int:
+        text = prompt_text(self.tokenizer, system, messages, tools)
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 class HFBackend(BackendBase):
     name = "hf"
 
@@ -74,12 +97,7 @@ class HFBackend(BackendBase):
 
     def prompt(self, system: str, messages: list[dict], tools: list[ToolSpec]) -> str:
         """The chat so far as the model is trained on it, ending in the template's generation prompt."""
-        from kernelsmith.train import trajectories
-
-        tokenizer, _ = self._load()
-        chat = trajectories.chat_of(system, messages, [None] * len(messages))
-        return tokenizer.apply_chat_template(chat.messages, tools=trajectories.hf_tools(tools),
-                                             add_generation_prompt=True, tokenize=False)
+        return prompt_text(self._load()[0], system, messages, tools)
 
     def complete(self, system: str, messages: list[dict], tools: list[ToolSpec], on_text=None) -> Reply:
         tokenizer, policy = self._load()

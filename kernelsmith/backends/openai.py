@@ -21,7 +21,8 @@ class OpenAIBackend(BackendBase):
     name = "openai"
 
     def __init__(self, model: str, api_key: str | None = None, base_url: str | None = None,
-                 max_tokens: int = 8192, max_retries: int = 4, timeout_s: float = 600.0, stream: bool = True):
+                 max_tokens: int = 8192, max_retries: int = 4, timeout_s: float = 600.0, stream: bool = True,
+                 one_call_per_reply: bool = False):
         base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         key = api_key or os.environ.get("OPENAI_API_KEY") or (NO_KEY if base_url else None)
         if not key:
@@ -30,6 +31,7 @@ class OpenAIBackend(BackendBase):
         self.model = model
         self.max_tokens = max_tokens
         self.stream = stream
+        self.one_call_per_reply = one_call_per_reply
         # OpenAI's reasoning models refuse max_tokens; many local servers know only max_tokens.
         self.limit_param = "max_tokens" if base_url else "max_completion_tokens"
         self.client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=max_retries, timeout=timeout_s)
@@ -42,6 +44,8 @@ class OpenAIBackend(BackendBase):
             request["stream_options"] = {"include_usage": True}
         if tools:
             request["tools"] = tools_to_wire(tools)
+            if self.one_call_per_reply:
+                request["parallel_tool_calls"] = False
         try:
             answer = self.client.chat.completions.create(**request)
             return self._read(answer, on_text) if self.stream else self._read_plain(answer, on_text)
