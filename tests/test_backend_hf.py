@@ -134,6 +134,12 @@ def test_a_small_window_gets_the_guide_without_its_playbook_which_stays_in_the_w
     assert "Optimisation playbook" in whole and system_prompt(tmp_path, config) == whole
     assert "Optimisation playbook" not in small and "is in SKILL.md" in small and len(small) < len(whole) * 0.8
     assert "## 1. The workdir" in small and "Optimisation playbook" in (tmp_path / "SKILL.md").read_text()
+    # counted in the window's own tokens where they are known: a guide that fits half the window at 4 characters
+    # a token but not at one (a small model's tokenizer on text it was not trained on) loses its playbook
+    guide = len((tmp_path / "SKILL.md").read_text())
+    window = guide  # the estimate: a quarter of the window; one token a character: all of it
+    assert "Optimisation playbook" in system_prompt(tmp_path, config, window)
+    assert "Optimisation playbook" not in system_prompt(tmp_path, config, window, text_tokens=len)
 
 
 def test_sessions_at_once_share_one_policy_and_get_their_own_replies_from_one_batch(student):

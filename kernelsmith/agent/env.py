@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kernelsmith import workdir as wd
 from kernelsmith.agent import context
@@ -128,12 +128,14 @@ PLAYBOOK_POINTER = ("\n(The optimisation playbook, the rest of this guide, is in
                     "read_file it when you need it. Your context window is too small to hold it here.)\n")
 
 
-def system_prompt(workdir: Path, config: wd.WorkdirConfig, window: int | None = None) -> str:
+def system_prompt(workdir: Path, config: wd.WorkdirConfig, window: int | None = None,
+                  text_tokens: Callable[[str], int] | None = None) -> str:
     """The system prompt: the rules and the workdir's guide, whose playbook stays in SKILL.md when the whole
-    guide would fill more than half of a `window` of tokens."""
+    guide would fill more than half of a `window` of tokens (counted by `text_tokens`, else estimated)."""
     skill = (workdir / "SKILL.md").read_text()
     playbook = PLAYBOOK.search(skill)
-    if window and playbook and len(skill) > window * context.CHARS_PER_TOKEN // 2:
+    tokens = text_tokens(skill) if text_tokens else len(skill) // context.CHARS_PER_TOKEN
+    if window and playbook and tokens > window // 2:
         skill = skill[:playbook.start()] + PLAYBOOK_POINTER
     device_name = "CUDA" if config.device == "cuda" else "C++ (CPU)"
     return wd.packaged_text("prompts", "system.md").format(device_name=device_name, skill=skill)
@@ -152,9 +154,10 @@ class KernelEnv:
 
     def __init__(self, settings: Settings, sandbox=None, listeners: list[Listener] | None = None,
                  model: dict[str, str] | None = None, stop: threading.Event | None = None,
-                 window: int | None = None):
+                 window: int | None = None, text_tokens: Callable[[str], int] | None = None):
         self.settings, self.sandbox, self.listeners = settings, sandbox, list(listeners or [])
         self.window = window  # the policy's context window in tokens (None: large enough for the whole guide)
+        self.text_tokens = text_tokens  # a text's length in the window's own tokens (None: estimated)
         self.stop = stop  # set by a fleet that was interrupted: the session ends at its next turn
         self.model_info = model or {}  # backend and model names for the session record
         self.budget = budget_of(settings)
@@ -184,7 +187,7 @@ class KernelEnv:
         saved = self.repo.save_user_changes(session_id)
         self.surface = self.repo.git_exec_surface()
         self.recorder = Recorder(self.workdir, session_id, self.listeners)
-        self.system = system_prompt(self.workdir, self.config, self.window)
+        self.system = system_prompt(self.workdir, self.config, self.window, self.text_tokens)
         first = {"role": "user", "content": task_prompt(self.workdir, self.config, self.budget)}
         self.recorder.emit("session_start", session_id=session_id, workdir=str(self.workdir), task=self.config.task,
                            system=self.system, config={**self.settings.public(), **self.model_info,

@@ -47,9 +47,10 @@ def start(settings: Settings, workdir: Path, listeners: list[Listener], on_text:
     holds the workdir's writer lock from before it saves the user's changes to after its end."""
     backend = create_backend(settings)  # a bad key or URL fails here, before anything is written
     wd.WorkdirConfig.load(workdir)
-    env = _env(settings, backend, sandbox, listeners, stop)
+    measure = _measure(settings)
+    env = _env(settings, backend, sandbox, listeners, stop, measure)
     env.reset(workdir)
-    return _drive(_agent(settings, backend, env, on_text), env)
+    return _drive(_agent(settings, backend, env, on_text, measure), env)
 
 
 def resume(settings: Settings, workdir: Path, session: str, listeners: list[Listener],
@@ -64,14 +65,16 @@ def resume(settings: Settings, workdir: Path, session: str, listeners: list[List
         settings = _resumed_settings(state, settings)
         backend = create_backend(settings)
         backend.skip(state.turn)  # a replayed script goes on where the session stopped
-        env = _env(settings, backend, sandbox, listeners, stop)
+        measure = _measure(settings)
+        env = _env(settings, backend, sandbox, listeners, stop, measure)
         env.reset(workdir, resume=state.session_id)
-    return _drive(_agent(settings, backend, env, on_text), env)
+    return _drive(_agent(settings, backend, env, on_text, measure), env)
 
 
-def _env(settings: Settings, backend: Backend, sandbox, listeners, stop=None) -> KernelEnv:
+def _env(settings: Settings, backend: Backend, sandbox, listeners, stop=None, measure=None) -> KernelEnv:
     return KernelEnv(settings, sandbox, listeners, model={"backend": backend.name, "model": backend.model}, stop=stop,
-                     window=context_window(backend_name(settings), settings))
+                     window=context_window(backend_name(settings), settings),
+                     text_tokens=measure.text if measure else None)
 
 
 def _resumed_settings(state: reader.SessionState, flags: Settings) -> Settings:
@@ -82,10 +85,9 @@ def _resumed_settings(state: reader.SessionState, flags: Settings) -> Settings:
     return Settings(**{**recorded, **given})
 
 
-def _agent(settings: Settings, backend: Backend, env: KernelEnv, on_text: TextSink | None) -> Agent:
+def _agent(settings: Settings, backend: Backend, env: KernelEnv, on_text: TextSink | None, measure=None) -> Agent:
     backend.bind(env.workdir, env.config.device, env.config.precision)
-    return Agent(backend, env, context_window(backend_name(settings), settings), on_text=on_text,
-                 measure=_measure(settings))
+    return Agent(backend, env, context_window(backend_name(settings), settings), on_text=on_text, measure=measure)
 
 
 def _measure(settings: Settings):

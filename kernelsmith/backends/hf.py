@@ -67,7 +67,9 @@ class PromptTokens:
         self.tokenizer = load_tokenizer(Path(folder))
 
     def __call__(self, system: str, messages: list[dict], tools: list[ToolSpec]) -> int:
-        text = prompt_text(self.tokenizer, system, messages, tools)
+        return self.text(prompt_text(self.tokenizer, system, messages, tools))
+
+    def text(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
