@@ -77,12 +77,15 @@ CASES = {  # module, input shape
     # pooling that computes its operand where it reads it (the pool's prologue): a convolution's bias and
     # activation (average pooling whose padding counts zeros of the activated value), a pointwise chain with a
     # per-channel weight (3-d), a transposed view read through its strides; and the two that must not move: an
-    # activation something else also reads, and windows that overlap nine times
+    # activation something else also reads, and windows that overlap nine times; and a prologue's per-channel
+    # weight that an op after the pool reads too: that op may not join the pool as its epilogue (an input read
+    # at in_shape is not also read at out_shape) and runs in a kernel of its own
     "conv_avgpool": ("ConvAvgPool()", (2, 3, 9, 10)),
     "channel_pool3d": ("ChannelPool3d(3)", (2, 3, 5, 6, 4)),
     "permuted_pool": ("PermutedPool()", (2, 3, 7, 8)),
     "shared_pool": ("SharedPool()", (2, 3, 6, 6)),
     "overlapping_pool": ("OverlappingPool()", (2, 3, 6, 5)),
+    "pool_weight_after": ("PoolWeightAfter()", (2, 3, 6, 6)),
 }
 
 MODULES = """
@@ -122,6 +125,15 @@ class SharedPool(nn.Module):
 class OverlappingPool(nn.Module):
     def forward(self, x):
         return torch.max_pool2d(torch.relu(x) * 2.0, 3, stride=1, padding=1)
+
+
+class PoolWeightAfter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 1, 1))
+
+    def forward(self, x):
+        return torch.max_pool2d(x * self.w, 2) + self.w
 
 
 class Cumsum(nn.Module):
@@ -424,8 +436,9 @@ def test_every_variant_of_every_window_and_scan_op_matches_torch(tmp_path, monke
     # which pools compute their operand where they read it (a prologue), and in how many kernels
     pools = {name: next(g for g in plans[name][0].groups() if g.kind == "pool") for name in CASES if "pool" in name}
     moved = {name for name, group in pools.items() if group.prologue}
-    assert moved == {"conv_avgpool", "channel_pool3d", "permuted_pool"}, moved
+    assert moved == {"conv_avgpool", "channel_pool3d", "permuted_pool", "pool_weight_after"}, moved
     assert [len(plans[name][0].groups()) for name in ("conv_avgpool", "channel_pool3d", "permuted_pool")] == [2, 1, 1]
+    assert not pools["pool_weight_after"].epilogue and len(plans["pool_weight_after"][0].groups()) == 2
     for name, (module_source, shape, *floats) in CASES.items():
         module = eval(module_source, NAMESPACE)
         forward_args = [torch.randn(*shape), *floats]
