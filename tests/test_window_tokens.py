@@ -38,16 +38,17 @@ class Counted(ScriptedBackend):
         return super().complete(system, messages, tools, on_text)
 
 
-def long_session(tmp_path: Path, monkeypatch, **settings) -> tuple[Counted, list[dict]]:
-    """40 turns that each write a 2 KB file of words the tokenizer never saw, in a 48,000-token window."""
+def long_session(tmp_path: Path, monkeypatch, words: int = 300, **settings) -> tuple[Counted, list[dict]]:
+    """40 turns that each write a file of words the tokenizer never saw (2 KB by default), in a 48,000-token
+    window."""
     from kernelsmith.agent import run as session
     from kernelsmith.config import Settings
     from kernelsmith.session.reader import read_events, session_paths
 
     folder = build_tokenizer(tmp_path / "tok", CHATML)
-    words = " ".join(f"w{i:04d}z" for i in range(300))  # about 1 character a token here, 4 to the estimate
+    text = " ".join(f"w{i:04d}z" for i in range(words))  # about 1 character a token here, 4 to the estimate
     turns = [{"text": f"variant {i}", "tool_calls": [
-        {"name": "write_file", "arguments": {"path": f"kernels/k{i % 3}.cpp", "content": f"// v{i}\n{words}"}}]}
+        {"name": "write_file", "arguments": {"path": f"kernels/k{i % 3}.cpp", "content": f"// v{i}\n{text}"}}]}
         for i in range(40)]
     backend = Counted(turns, folder)
     monkeypatch.setattr(session, "create_backend", lambda _: backend)
@@ -70,3 +71,14 @@ def test_without_it_the_estimate_lets_the_context_overflow(tmp_path, monkeypatch
     """The control: the same session counted at 4 characters a token sends requests past the window."""
     backend, _ = long_session(tmp_path, monkeypatch)
     assert max(backend.sizes) > WINDOW, max(backend.sizes)
+
+
+def test_a_last_turn_too_big_to_keep_has_its_file_text_elided(tmp_path, monkeypatch):
+    """Each file here is about 14,000 tokens: the prefix (14,500) and the last turn alone are over half the
+    window, so compaction elides even the last turn's file text (it is on disk: read_file gets it back)."""
+    backend, compactions = long_session(tmp_path, monkeypatch, words=2000, window_tokenizer="tokenizer")
+    assert len(backend.sizes) == 40 and compactions
+    assert all(c["after_tokens"] <= WINDOW // 2 for c in compactions), [c["after_tokens"] for c in compactions]
+    assert max(backend.sizes) < WINDOW, max(backend.sizes)
+    last = compactions[-1]["messages"]
+    assert "chars elided" in str(last[-2]["tool_calls"][0]["arguments"]["content"])

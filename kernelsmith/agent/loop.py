@@ -17,7 +17,9 @@ from kernelsmith.agent.env import KernelEnv
 from kernelsmith.backends.base import Backend, TextSink, ToolSpec
 
 COMPACT_TO = 0.5  # of the window, so that compaction is not needed again at once
-KEEP_RECENT = (6, 3, 1)  # turns kept verbatim by compaction, tried in this order
+# turns kept verbatim by compaction, tried in this order; 0 last: where the window cannot hold even the last turn
+# (a 135M student's 8,192 positions: a 5,000-token prefix and a kernel file of 5,700), its file text is elided too
+KEEP_RECENT = (6, 3, 1, 0)
 # a request's exact length in the tokens of the model whose window counts (system, messages, tools)
 Measure = Callable[[str, list[dict], list[ToolSpec]], int]
 
