@@ -322,3 +322,17 @@ def test_should_compact():
     assert should_compact(6000, 8000)
     assert should_compact(4000, 8000, threshold=0.5)
     assert not should_compact(10, 0)
+
+
+def test_the_last_resort_elides_the_recent_files_but_not_their_results():
+    """A window that cannot hold even the last turn (a small student's): that turn's file text goes, since the file
+    is on disk, but its results stay whole: the model has not read them yet."""
+    messages = session(7, multi_step)  # the last turn writes two files, compiles and verifies
+    last_results = [m for m in messages[-4:] if m["role"] == "tool"]
+    plain, _ = compact(messages, 50, "note", keep_recent=1, system=SYSTEM)
+    squeezed, stats = compact(messages, 50, "note", keep_recent=1, system=SYSTEM, elide_recent_writes=True)
+    assert [c["arguments"]["content"] for c in writes(plain)[-2:]] == [kernel(6), kernel(-6)]
+    assert all("chars elided" in c["arguments"]["content"] for c in writes(squeezed)[-2:])
+    assert [m for m in squeezed if m["role"] == "tool"][-4:] == last_results
+    assert estimate_tokens(SYSTEM, squeezed) < estimate_tokens(SYSTEM, plain) - 2000
+    assert conversation_problems(squeezed) == []

@@ -9,7 +9,9 @@ budget:
 2. keeps the last `keep_recent` assistant turns (with their tool results) verbatim;
 3. shortens older tool results to a stub (verify/profile keep their verdict lines);
 4. elides the file text of older write_file/edit_file calls, superseded files first;
-5. drops the oldest turns whole, so that no tool call loses its result.
+5. drops the oldest turns whole, so that no tool call loses its result;
+6. only when asked (`elide_recent_writes`, the loop's last resort): elides the file text of the recent
+   turns' writes too, keeping their results (a small model's window that cannot hold its last file).
 
 A "[compaction note]" user message (the loop's summary of the state) goes right after the
 first message and replaces the note of any earlier compaction.
@@ -298,6 +300,11 @@ def _tool_result_actions(work: _Work) -> Iterator[_Action]:
     return ((m, _stub_tool_result) for m in _older(work, "tool"))
 
 
+def _recent_write_actions(work: _Work) -> Iterator[_Action]:
+    for m, k, _, _ in _write_calls([m for m in work.tail if m.get("role") == "assistant"]):
+        yield m, _elide_args(k, LIVE_REASON)
+
+
 def _write_actions(work: _Work, superseded: set[int], want_superseded: bool) -> Iterator[_Action]:
     reason = SUPERSEDED_REASON if want_superseded else LIVE_REASON
     for m, k, call, _ in _write_calls(list(_older(work, "assistant"))):
@@ -317,7 +324,7 @@ def _split(messages: list[dict], state_note: str, keep_recent: int, raw_fixed: i
 
 def compact(messages: list[dict], budget_tokens: int, state_note: str, keep_recent: int = 6,
             system: str = "", *, tools_json: str = "",
-            counter: TokenCounter | None = None) -> tuple[list[dict], dict]:
+            counter: TokenCounter | None = None, elide_recent_writes: bool = False) -> tuple[list[dict], dict]:
     """A shorter copy of `messages` that fits `budget_tokens` if the rules allow; and stats.
 
     The input is never mutated. Stats: before_tokens, after_tokens, elided_tool_results,
@@ -341,5 +348,7 @@ def compact(messages: list[dict], budget_tokens: int, state_note: str, keep_rece
     while work.units and not work.fits():
         work.drop_oldest()
         stats["dropped_turns"] += 1
+    if elide_recent_writes:
+        stats["elided_file_contents"] += _run_stage(work, _recent_write_actions(work))
     stats["after_tokens"] = work.tokens()
     return work.messages(), stats

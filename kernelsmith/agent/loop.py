@@ -17,9 +17,10 @@ from kernelsmith.agent.env import KernelEnv
 from kernelsmith.backends.base import Backend, TextSink, ToolSpec
 
 COMPACT_TO = 0.5  # of the window, so that compaction is not needed again at once
-# turns kept verbatim by compaction, tried in this order; 0 last: where the window cannot hold even the last turn
-# (a 135M student's 8,192 positions: a 5,000-token prefix and a kernel file of 5,700), its file text is elided too
-KEEP_RECENT = (6, 3, 1, 0)
+# turns kept verbatim by compaction, tried in this order; then, where the window cannot hold even the last turn (a
+# 135M student's 8,192 positions: a 5,000-token prefix and a kernel file of 5,700), its file text is elided too
+# (the file is on disk; the turn's results, which the model has not read yet, stay)
+KEEP_RECENT = ((6, False), (3, False), (1, False), (1, True))
 # a request's exact length in the tokens of the model whose window counts (system, messages, tools)
 Measure = Callable[[str, list[dict], list[ToolSpec]], int]
 
@@ -59,9 +60,10 @@ class Agent:
         if not context.should_compact(tokens, self.window):
             return
         budget, note = int(self.window * COMPACT_TO), env.state_note()
-        for keep_recent in KEEP_RECENT:  # fewer verbatim recent turns only when the budget demands it
+        for keep_recent, elide_recent in KEEP_RECENT:  # fewer verbatim recent turns only when the budget demands it
             compacted, stats = context.compact(env.messages, budget, note, keep_recent=keep_recent,
-                                               system=env.system, tools_json=self.tools_json, counter=self.counter)
+                                               system=env.system, tools_json=self.tools_json, counter=self.counter,
+                                               elide_recent_writes=elide_recent)
             if self.measure is not None:  # the compacted text's own ratio, for the next try too
                 stats["after_tokens"] = self.tokens(compacted)
             if stats["after_tokens"] <= budget:
