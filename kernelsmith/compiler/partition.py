@@ -323,7 +323,6 @@ class Partitioner:
         self.steps[-1] = group
         self.own(node.name, len(self.steps) - 1)
 
-
     # --- concatenation -------------------------------------------------------------------------
 
     def add_cat(self, node: Node) -> None:

@@ -164,9 +164,10 @@ def _given(plan: RftPlan) -> tuple[list[dict], dict]:
 
     rows = value.read_trajectories(plan.data)
     plan.out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _student_tokenizer(plan.model)
     if plan.one_call_per_reply:  # split, and rendered again from their messages by the student's tokenizer
-        rows = _split(rows, plan.model)
-    check_tokenizer(rows, plan.model)
+        rows = _split(rows, tokenizer, plan.model)
+    check_tokenizer(rows, plan.model, tokenizer)
     if plan.one_call_per_reply:
         _write_rows(rows, plan.out / "trajectories.jsonl")
     elif plan.data.resolve() != (plan.out / "trajectories.jsonl").resolve():
@@ -174,12 +175,15 @@ def _given(plan: RftPlan) -> tuple[list[dict], dict]:
     return rows, {"sessions": len({r.get("session_id") for r in rows}), "skipped_sessions": [], "data": str(plan.data)}
 
 
-def _split(rows: list[dict], model: Path) -> list[dict]:
+def _student_tokenizer(model: Path):
     from transformers import AutoTokenizer
 
+    return AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+
+
+def _split(rows: list[dict], tokenizer, model: Path) -> list[dict]:
     from kernelsmith.train import trajectories
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
     info = trajectories.tokenizer_info(tokenizer, model)
     return [trajectories.split_row(row, tokenizer, info) for row in rows]
 
@@ -191,14 +195,13 @@ def _write_rows(rows: list[dict], path: Path) -> None:
         file.writelines(json.dumps(row) + "\n" for row in rows)
 
 
-def check_tokenizer(rows: list[dict], model: Path) -> None:
+def check_tokenizer(rows: list[dict], model: Path, tokenizer=None) -> None:
     """Trajectories rendered by another tokenizer or chat template are another model's token ids: fine-tuning on
-    them teaches noise, silently. Each row's tokenizer record must match the student's."""
-    from transformers import AutoTokenizer
-
+    them teaches noise, silently. Each row's tokenizer record must match the student's (`tokenizer`, loaded from
+    `model` when not given)."""
     from kernelsmith.train import trajectories
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+    tokenizer = _student_tokenizer(model) if tokenizer is None else tokenizer
     want = trajectories.tokenizer_info(tokenizer, model)
     for number, row in enumerate(rows, 1):
         said = row.get("tokenizer") or {}
