@@ -134,7 +134,7 @@ def test_rft_end_to_end_with_the_builtin_teacher_and_no_api_key(tmp_path):
     assert reloaded.config.vocab_size == 3000
 
     for bad, words in [(["--teacher", "oracle"], "unknown --teacher"), (["--samples", "0"], "--samples"),
-                       (["--max-reply-tokens", "0"], "--max-reply-tokens"),
+                       (["--max-reply-tokens", "0"], "--max-reply-tokens"), (["--max-tokens", "0"], "--max-tokens"),
                        (["--model", str(tmp_path / "absent")], "no model checkpoint")]:
         again = subprocess.run(cli + args + bad, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert again.returncode == 2 and words in again.stderr and "Traceback" not in again.stderr, again.stderr
