@@ -492,7 +492,7 @@ def synth(out: Path = typer.Option(..., "--out", help="folder for tasks/, manife
     from kernelsmith.synth import run as synth_run
 
     plan = synth_run.SynthPlan(out=out.resolve(), count=count, max_ops=max_ops, seed=seed,
-                               device=_options(device, None).device, composer=composer, against=list(against),
+                               device=_synth_device(device, out, count, resume), composer=composer, against=list(against),
                                workers=workers, resume=resume, window_ms=_window(eager_window),
                                backend_flags={"model": model, "base_url": base_url})
     if threshold is not None:
@@ -504,6 +504,15 @@ def synth(out: Path = typer.Option(..., "--out", help="folder for tasks/, manife
     with synth_run.ProgressView(plan) as view:
         summary = synth_run.synthesize(plan, view.on_row)
     _report_synth(summary, plan.out)
+
+
+def _synth_device(device: Optional[str], out: Path, count: int, resume: bool) -> str:
+    """--device for synth. A resumed run whose count is already accepted checks nothing: it only draws its
+    task files again from the seed, so a folder carried home as its manifest comes back without the GPU."""
+    from kernelsmith.synth.run import read_manifest
+
+    done = resume and sum(r.get("status") == "accepted" for r in read_manifest(out.resolve())) >= count
+    return device if done and device in ("cuda", "cpu") else _options(device, None).device
 
 
 def _window(text: Optional[str]):

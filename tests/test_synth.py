@@ -150,6 +150,29 @@ def test_a_row_the_stream_no_longer_draws_is_refused_not_restored(first_run, eva
     assert not (out / row["file"]).exists()
 
 
+H100_RUN = Path(__file__).parents[1] / "bench/results/h100-2026-12-07/synth/manifest.jsonl"
+
+
+def test_a_gpu_run_carried_home_as_its_manifest_gets_its_files_back_on_a_machine_without_one(tmp_path, monkeypatch, capsys):
+    """The first rows of the H100 run (--device cuda, seed 0): with its count reached nothing is checked, so no
+    GPU is asked for; one task more would need the GPU, and is refused in one line."""
+    import kernelsmith.cli as cli
+
+    monkeypatch.setattr(cli, "default_device", lambda: "cpu")  # this machine has no GPU, whatever runs the test
+    out = tmp_path / "gpu-run"
+    out.mkdir()
+    lines = H100_RUN.read_text().splitlines()[:8]
+    (out / "manifest.jsonl").write_text("".join(line + "\n" for line in lines))
+    accepted = [row for row in map(json.loads, lines) if row["status"] == "accepted"]
+    args = ["synth", "--out", str(out), "--device", "cuda", "--seed", "0", "--resume", "--count"]
+    assert main(args + [str(len(accepted))]) == 0
+    assert f"restored {len(accepted)} accepted task file(s)" in capsys.readouterr().out
+    assert sorted(p.name for p in (out / "tasks").glob("*.py")) == sorted(Path(r["file"]).name for r in accepted)
+    assert all(load_task(str(out / r["file"])) for r in accepted)
+    assert main(args + [str(len(accepted) + 1)]) == 2
+    assert "no CUDA GPU is visible" in capsys.readouterr().err
+
+
 def _accepted_rows(out: Path) -> list[dict]:
     path = out / "manifest.jsonl"
     if not path.is_file():
