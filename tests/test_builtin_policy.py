@@ -190,3 +190,42 @@ def test_one_call_per_reply_still_finishes_inside_the_turn_budget(tmp_path):
     replies = play(backend, [1.05, 1.2, 1.3], max_turns=8)  # the plan and first profile take 5 of them
     assert [c[0] for c in calls_of(replies)][-2:] == ["write_file", "finish"]
     assert len(replies) <= 8
+
+
+def joined_files(calls: list[tuple[str, dict]]) -> dict[str, str]:
+    """The files as the tools leave them: a write replaces, an append adds to the end."""
+    files: dict[str, str] = {}
+    for name, args in calls:
+        if name == "write_file":
+            files[args["path"]] = files.get(args["path"], "") + args["content"] if args.get("append") else args["content"]
+    return files
+
+
+def test_a_file_longer_than_the_students_reply_is_written_in_parts_that_fit(tmp_path):
+    """A teacher for a student whose replies are capped: each reply's call fits the cap in the counter's tokens
+    (here one a character), and the parts, appended, are the files the batched teacher writes whole."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    speedups = [1.10, 1.30, 1.20, 1.25, 1.05, 1.40, 1.15, 1.35] * 4
+    whole = calls_of(play(backend_for(tmp_path / "a", "two_reductions.py"), list(speedups)))
+    cap = 1500
+    capped = BuiltinBackend(one_call_per_reply=True, max_reply_tokens=cap, text_tokens=len)
+    capped.bind(tmp_path / "b", "cpu", "fp32")
+    shutil.copy(DATA / "two_reductions.py", tmp_path / "b" / "model.py")
+    replies = play(capped, list(speedups), max_turns=200)
+    parts = calls_of(replies)
+    longest = max(len(r.text) + len(json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False))
+                  for r in replies for c in r.tool_calls)
+    assert longest <= cap and all(len(r.tool_calls) == 1 for r in replies)
+    assert max(len(a["content"]) for n, a in whole if n == "write_file") > cap  # so some file did need parts
+    assert any(a.get("append") for _, a in parts)
+    assert joined_files(parts) == joined_files(whole)
+    assert [c for c in parts if c[0] != "write_file"] == [c for c in whole if c[0] != "write_file"]
+
+
+def test_a_line_longer_than_the_cap_is_cut_inside_it():
+    from kernelsmith.backends.builtin import _parts
+
+    content = "short\n" + "x" * 950 + "\nend\n"
+    parts = _parts(content, len, 400)
+    assert "".join(parts) == content and max(map(len, parts)) <= 400 and len(parts) >= 3

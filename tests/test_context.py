@@ -210,6 +210,21 @@ def test_superseded_writes_are_elided_before_live_ones():
     assert stats["elided_file_contents"] == 2 and stats["dropped_turns"] == 0
 
 
+def test_an_appended_part_does_not_supersede_the_parts_before_it():
+    """A file written in parts (write_file, then append=true): its first part is still the file's text, so it is
+    not elided as rewritten (before other files' live text); a later whole rewrite supersedes both parts."""
+    appended = write_turn("w2", "kernels/a.cu", kernel(2))
+    appended[0]["tool_calls"][0]["arguments"]["append"] = True
+    messages = [TASK] + write_turn("w1", "kernels/a.cu", kernel(1)) + appended + step(1) + step(2)
+    full = estimate_tokens("", compact(messages, 10**9, "note")[0])
+    out, _ = compact(messages, full - 500, "note", keep_recent=2)
+    first = writes(out)[0]["arguments"]["content"]
+    assert first.startswith("[4096 chars elided: kernels/a.cu was not rewritten later")
+    rewritten = messages + write_turn("w3", "kernels/a.cu", kernel(3))
+    out, _ = compact(rewritten, full - 500, "note", keep_recent=1)
+    assert [w["arguments"]["content"].endswith("was rewritten at a later turn]") for w in writes(out)] == [True, True, False]
+
+
 def test_edit_file_arguments_are_elided_too():
     calls = [call("e1", "edit_file", path="kernels/a.cu", old="o" * 900, new="n" * 1100)]
     edit = [{"role": "assistant", "content": "", "tool_calls": calls}, result("e1", "edit_file", "ok")]

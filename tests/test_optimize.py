@@ -231,7 +231,7 @@ def test_long_session_stays_inside_a_small_window(tmp_path, monkeypatch):
         {"name": "write_file", "arguments": {"path": f"kernels/k{i % 3}.cpp", "content": f"// v{i}\n" + "x" * 2000}},
         {"name": "read_file", "arguments": {"path": f"kernels/k{i % 3}.cpp"}}]} for i in range(60)]
     backend = RecordingScript(turns)
-    monkeypatch.setattr(session, "create_backend", lambda settings: backend)
+    monkeypatch.setattr(session, "create_backend", lambda settings, text_tokens=None: backend)
     settings = Settings(backend="scripted", script="-", max_turns=60, context_window=8000)
     ending = session.start(settings, workdir, [], None)
     events = read_events(only_session(workdir))

@@ -84,7 +84,7 @@ def snapshot(path: Path) -> bytes | None:
 
 EXPECTED_PARAMS = {
     "read_file": ({"path": "string"}, ["path"]),
-    "write_file": ({"path": "string", "content": "string"}, ["path", "content"]),
+    "write_file": ({"path": "string", "content": "string", "append": "boolean"}, ["path", "content"]),
     "edit_file": ({"path": "string", "old": "string", "new": "string"}, ["path", "old", "new"]),
     "list_files": ({"path": "string"}, []),
     "grep": ({"pattern": "string", "path": "string"}, ["pattern"]),
@@ -238,6 +238,34 @@ def test_write_overwrites_the_whole_file(root, tools):
     assert call(tools, "write_file", path="model_new.py", content="first version\n" * 10).ok
     assert call(tools, "write_file", path="model_new.py", content="second\n").ok
     assert (root / "model_new.py").read_text() == "second\n"
+
+
+def test_a_file_written_in_parts_is_the_parts_joined(root, tools):
+    """A file too long for one reply: the first part written, the rest appended, byte for byte."""
+    parts = ["#include <cuda_runtime.h>\n", "__global__ void k(float* x) {\n", "  x[0] = 1.f;\n}\n"]
+    assert call(tools, "write_file", path="kernels/k.cu", content=parts[0]).ok
+    for part in parts[1:]:
+        out = call(tools, "write_file", path="kernels/k.cu", content=part, append=True)
+        assert out.ok, out.content
+    assert (root / "kernels" / "k.cu").read_text() == "".join(parts)
+    assert out.content == "appended to kernels/k.cu (now 4 lines)"
+
+
+@pytest.mark.parametrize("append", ["false", "true", 1, None])
+def test_append_must_be_a_boolean(root, tools, append):
+    """A model that writes append as a string must not append (nor overwrite) by accident."""
+    (root / "model_new.py").write_text("kept\n")
+    out = call(tools, "write_file", path="model_new.py", content="x\n", append=append)
+    assert not out.ok and "append must be true or false" in out.content
+    assert (root / "model_new.py").read_text() == "kept\n"
+
+
+def test_appending_to_a_missing_or_fixed_file_is_refused(root, tools):
+    out = call(tools, "write_file", path="kernels/none.cu", content="x\n", append=True)
+    assert not out.ok and "does not exist" in out.content and not (root / "kernels" / "none.cu").exists()
+    out = call(tools, "write_file", path="model.py", content="PWNED\n", append=True)
+    assert not out.ok and out.content.startswith("refused")
+    assert (root / "model.py").read_text() == TASK
 
 
 # --- reads --------------------------------------------------------------------------------

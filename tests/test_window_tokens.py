@@ -51,7 +51,7 @@ def long_session(tmp_path: Path, monkeypatch, words: int = 300, **settings) -> t
         {"name": "write_file", "arguments": {"path": f"kernels/k{i % 3}.cpp", "content": f"// v{i}\n{text}"}}]}
         for i in range(40)]
     backend = Counted(turns, folder)
-    monkeypatch.setattr(session, "create_backend", lambda _: backend)
+    monkeypatch.setattr(session, "create_backend", lambda *_: backend)
     workdir = make_workdir(tmp_path)
     session.start(Settings(backend="scripted", script="-", max_turns=40, context_window=WINDOW,
                            **{k: str(folder) if v == "tokenizer" else v for k, v in settings.items()}),

@@ -252,14 +252,14 @@ def _write_calls(messages: list[dict]) -> Iterator[tuple[dict, int, dict, str]]:
 def _superseded(messages: list[dict]) -> set[int]:
     """ids of write/edit calls whose file a later write_file rewrote whole.
 
-    A later edit_file does not supersede: the earlier text is still the basis of the file.
+    A later edit_file or appended part does not supersede: the earlier text is still the basis of the file.
     """
     rewritten: set[str] = set()
     superseded: set[int] = set()
     for _, _, call, path in reversed(list(_write_calls(messages))):
         if path in rewritten:
             superseded.add(id(call))
-        if call["name"] == "write_file":
+        if call["name"] == "write_file" and call["arguments"].get("append") is not True:
             rewritten.add(path)
     return superseded
 

@@ -45,9 +45,9 @@ def start(settings: Settings, workdir: Path, listeners: list[Listener], on_text:
           sandbox=None, stop: threading.Event | None = None) -> Ending:
     """A new session in an existing workdir; evaluations go to `sandbox` when given. The session
     holds the workdir's writer lock from before it saves the user's changes to after its end."""
-    backend = create_backend(settings)  # a bad key or URL fails here, before anything is written
-    wd.WorkdirConfig.load(workdir)
     measure = _measure(settings)
+    backend = create_backend(settings, _text(measure))  # a bad key or URL fails here, before anything is written
+    wd.WorkdirConfig.load(workdir)
     env = _env(settings, backend, sandbox, listeners, stop, measure)
     env.reset(workdir)
     return _drive(_agent(settings, backend, env, on_text, measure), env)
@@ -63,9 +63,9 @@ def resume(settings: Settings, workdir: Path, session: str, listeners: list[List
         if state.end and state.end.get("reason") == "finish":
             raise BadInput(f"session {state.session_id} already finished", hint="start a new one without --resume")
         settings = _resumed_settings(state, settings)
-        backend = create_backend(settings)
-        backend.skip(state.turn)  # a replayed script goes on where the session stopped
         measure = _measure(settings)
+        backend = create_backend(settings, _text(measure))
+        backend.skip(state.turn)  # a replayed script goes on where the session stopped
         env = _env(settings, backend, sandbox, listeners, stop, measure)
         env.reset(workdir, resume=state.session_id)
     return _drive(_agent(settings, backend, env, on_text, measure), env)
@@ -74,7 +74,7 @@ def resume(settings: Settings, workdir: Path, session: str, listeners: list[List
 def _env(settings: Settings, backend: Backend, sandbox, listeners, stop=None, measure=None) -> KernelEnv:
     return KernelEnv(settings, sandbox, listeners, model={"backend": backend.name, "model": backend.model}, stop=stop,
                      window=context_window(backend_name(settings), settings),
-                     text_tokens=measure.text if measure else None)
+                     text_tokens=_text(measure))
 
 
 def _resumed_settings(state: reader.SessionState, flags: Settings) -> Settings:
@@ -99,6 +99,10 @@ def _measure(settings: Settings):
     from kernelsmith.backends.hf import PromptTokens
 
     return PromptTokens(folder)
+
+
+def _text(measure):
+    return measure.text if measure else None
 
 
 class Interrupted(KeyboardInterrupt):

@@ -120,18 +120,26 @@ class Toolbox:
             return Outcome(f"error: {path} does not exist (list_files shows what does)", ok=False)
         return Outcome(clip(target.read_text(errors="replace")))
 
-    def write_file(self, path: str, content: str) -> Outcome:
-        """Create or overwrite a file. Only model_new.py, kernels/... and notes.md are writable.
+    def write_file(self, path: str, content: str, append: bool = False) -> Outcome:
+        """Create or overwrite a file, or add to its end: a file too long for one reply is written in parts.
+        Only model_new.py, kernels/... and notes.md are writable.
 
         Args:
             path: path relative to the workdir
-            content: the whole new text of the file
+            content: the whole new text of the file, or with append the text that follows its end
+            append: true to add content to the end of the existing file (its next part)
         """
-        refused = self._refuse_write(path)
+        if not isinstance(append, bool):  # a model's "false" must not append
+            return Outcome(f"error: append must be true or false, not {append!r}", ok=False)
+        refused = self._refuse_write(path) or (self._missing(path) if append else None)
         if refused:
             return refused
         target = self.workdir / path
         target.parent.mkdir(parents=True, exist_ok=True)
+        if append:
+            with target.open("a") as file:
+                file.write(content)
+            return Outcome(f"appended to {path} (now {len(target.read_text().splitlines())} lines)")
         target.write_text(content)
         return Outcome(f"wrote {path} ({len(content.splitlines())} lines)")
 

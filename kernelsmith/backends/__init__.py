@@ -63,7 +63,9 @@ def checkpoint_window(model: str | None) -> int | None:
     return window if isinstance(window, int) and window > 0 else None
 
 
-def create_backend(settings: Settings) -> Backend:
+def create_backend(settings: Settings, text_tokens=None) -> Backend:
+    """The backend `settings` name. `text_tokens` counts a text in the tokens of the model whose window the
+    session keeps (the built-in teacher cuts a file's writes to the student's replies by it)."""
     name = backend_name(settings)
     module, cls = BACKENDS[name].split(":")
     factory = getattr(importlib.import_module(module), cls)
@@ -72,7 +74,8 @@ def create_backend(settings: Settings) -> Backend:
             raise BadInput("the scripted backend needs --script FILE (a JSON list of turns or an events.jsonl)")
         return factory(settings.script)
     if name == "builtin":
-        return factory(one_call_per_reply=settings.one_call_per_reply)
+        return factory(one_call_per_reply=settings.one_call_per_reply, max_reply_tokens=settings.max_tokens,
+                       text_tokens=text_tokens)
     if name == "hf":
         return factory(settings.model, max_tokens=settings.max_tokens, device=settings.device)
     if name == "openai" and settings.base_url and not settings.model:

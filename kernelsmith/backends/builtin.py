@@ -10,6 +10,8 @@ observations: the build, the EvalResult, the budget; never their text) and retur
 What it cannot generate is reported as unsupported, never replaced by torch ops. With
 `one_call_per_reply` (a teacher for a student whose window is small) a turn's calls go out one reply
 each, so the loop can compact between them; the phase that reads their results runs after the last.
+With a reply cap too (`max_reply_tokens`: the student's longest reply) a file whose reply would be longer is
+written in parts at line ends, the first by write_file and the rest appended (`write_file(append=true)`).
 
 The compiler it drives is kernelsmith.compiler (it imports torch, so it is imported only when a
 session plans); this module is the search.
@@ -17,12 +19,16 @@ session plans); this module is the search.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from kernelsmith.backends.base import BackendBase, Reply, ToolCall, ToolSpec, Usage
 
 TURNS_TO_FINISH = 1  # the turn that writes the best configuration back and finishes
+REPLY_MARGIN = 32  # tokens of a reply around its call's JSON: the <tool_call> tags and the end of turn
+CHARS_PER_TOKEN = 1.5  # the estimate where no tokenizer counts: SmolLM2 spends 1.9-2.6 on the calls' JSON
 
 
 @dataclass
@@ -48,7 +54,8 @@ class SearchState:
 class BuiltinBackend(BackendBase):
     name = "builtin"
 
-    def __init__(self, model: str = "builtin", one_call_per_reply: bool = False, **_ignored):
+    def __init__(self, model: str = "builtin", one_call_per_reply: bool = False, max_reply_tokens: int | None = None,
+                 text_tokens: Callable[[str], int] | None = None, **_ignored):
         self.model = model
         self.workdir: Path | None = None
         self.device, self.precision = "cpu", "fp32"
@@ -56,6 +63,8 @@ class BuiltinBackend(BackendBase):
         self.calls = 0
         self.one_call_per_reply = one_call_per_reply
         self.queued: list[tuple[str, dict]] = []  # a turn's calls not yet sent (one_call_per_reply)
+        self.max_reply_tokens = max_reply_tokens if one_call_per_reply else None
+        self.text_tokens = text_tokens or (lambda text: int(len(text) / CHARS_PER_TOKEN) + 1)
 
     def bind(self, workdir: Path, device: str, precision: str) -> None:
         """The workdir the session runs in: the policy reads model.py from it."""
@@ -77,8 +86,25 @@ class BuiltinBackend(BackendBase):
         results = _last_observations(messages)
         text, calls = getattr(self, f"_{self.state.phase}")(results, _turns_left(results, self.one_call_per_reply))
         if self.one_call_per_reply:
+            calls = self._in_parts(text, calls) if self.max_reply_tokens else calls
             calls, self.queued = calls[:1], calls[1:]
         return text, calls
+
+    def _in_parts(self, text: str, calls: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+        """Each write_file whose reply would pass the cap as parts that fit (the first reply also holds `text`)."""
+        out: list[tuple[str, dict]] = []
+        for name, args in calls:
+            room = self.max_reply_tokens - REPLY_MARGIN - (self.text_tokens(text) if not out and text else 0)
+            if name != "write_file" or self._reply_tokens(name, args) <= room:
+                out.append((name, args))
+                continue
+            parts = _parts(args["content"], lambda part: self._reply_tokens(name, {**args, "content": part}), room)
+            out += [(name, {**args, "content": part, **({"append": True} if i else {})}) for i, part in enumerate(parts)]
+        return out
+
+    def _reply_tokens(self, name: str, args: dict) -> int:
+        """A call's tokens as a chat template writes it (transformers' tojson is json.dumps, not HTML-escaped)."""
+        return self.text_tokens(json.dumps({"name": name, "arguments": args}, ensure_ascii=False))
 
     # --- phases: each returns (text, [(tool, arguments), ...]) ------------------------------------
 
@@ -172,6 +198,30 @@ class BuiltinBackend(BackendBase):
         from kernelsmith.compiler.emit import model_new_source
 
         return model_new_source(self.state.plan, configs, self.state.variants)
+
+
+def _parts(content: str, tokens: Callable[[str], int], room: int) -> list[str]:
+    """`content` cut at line ends into pieces whose call counts at most `room` tokens (a longer line is cut inside);
+    joined they are `content`. Lines are counted one by one first, then each piece as a whole."""
+    overhead = tokens("")
+    pieces, piece, used = [], "", 0
+    for line in content.splitlines(keepends=True):
+        cost = tokens(line) - overhead
+        if piece and used + cost > room - overhead:
+            pieces.append(piece)
+            piece, used = "", 0
+        piece, used = piece + line, used + cost
+    pieces.append(piece)
+    return [small for piece in pieces for small in _fit(piece, tokens, room)]
+
+
+def _fit(piece: str, tokens: Callable[[str], int], room: int) -> list[str]:
+    """`piece` as it is where it fits, else halved (at a line end where it has several lines) until each half fits."""
+    if tokens(piece) <= room or len(piece) < 2:
+        return [piece]
+    lines = piece.splitlines(keepends=True)
+    cut = len("".join(lines[:len(lines) // 2])) if len(lines) > 1 else len(piece) // 2
+    return _fit(piece[:cut], tokens, room) + _fit(piece[cut:], tokens, room)
 
 
 def _faster(speedup: float | None, than: float | None) -> bool:
