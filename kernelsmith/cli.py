@@ -696,7 +696,8 @@ def train_rft(
         min_reward: float = typer.Option(0.0, "--min-reward", help="keep trajectories whose final reward exceeds this"),
         epochs: float = typer.Option(2.0, "--epochs"), lr: float = typer.Option(1e-5, "--lr"),
         grad_accum: int = typer.Option(8, "--grad-accum", help="trajectories per optimizer step"),
-        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="longer trajectories are left out, not "
+        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="a trajectory whose replies reach past "
+                                                 "it is left out; only the tool results after its last reply are "
                                                  "cut (default: the student's window, else 32768)"),
         max_reply_tokens: Optional[int] = typer.Option(None, "--max-reply-tokens", help="the student's longest reply "
                                                        "at run time (default: KERNELSMITH_MAX_TOKENS or the "
@@ -753,7 +754,8 @@ def train_value(
         epochs: int = typer.Option(2, "--epochs"), lr: float = typer.Option(1e-5, "--lr"),
         batch_size: int = typer.Option(4, "--batch-size"),
         min_reward: Optional[float] = typer.Option(None, "--min-reward", help="train on these trajectories only"),
-        max_tokens: int = typer.Option(32768, "--max-tokens", help="longer trajectories are left out, not cut"),
+        max_tokens: int = typer.Option(32768, "--max-tokens", help="a trajectory whose replies reach past it "
+                                    "is left out; only the tool results after its last reply are cut"),
         seed: int = typer.Option(0, "--seed"), device: Optional[str] = DeviceOpt) -> None:
     """Value pretraining: a token-level critic on GAE returns (gamma 1, lambda 0.95) of the outcome reward."""
     from kernelsmith.train import critic, value

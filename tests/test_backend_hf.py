@@ -292,3 +292,18 @@ def test_a_process_that_used_continuous_batching_exits(student):
     proc = subprocess.run([sys.executable, "-c", script, str(student)], capture_output=True, text=True, timeout=120,
                           env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "4", proc.stderr[-2000:]
+
+
+def test_the_playbook_decision_counts_the_task_and_tools_every_request_holds(tmp_path):
+    """SmolLM2's CPU guide (3,718 of its tokens) fits half its 8,192 positions alone, but not with the tools
+    (858) and the task beside it: the prefix would be over what compaction aims for at every turn."""
+    from kernelsmith import workdir as wd
+    from kernelsmith.agent.env import system_prompt
+
+    (tmp_path / "SKILL.md").write_text(wd.render_skill("cpu", "task", "fp32"))
+    config = wd.WorkdirConfig(task="task", origin="model.py", device="cpu", precision="fp32")
+    guide = len((tmp_path / "SKILL.md").read_text())
+    window = 2 * guide + 100  # one token a character: the guide alone is under half the window
+    assert "Optimisation playbook" in system_prompt(tmp_path, config, window, text_tokens=len)
+    fixed = "x" * 200  # the task and the tools
+    assert "Optimisation playbook" not in system_prompt(tmp_path, config, window, text_tokens=len, fixed=fixed)

@@ -87,6 +87,19 @@ def test_min_reward_filters_and_long_trajectories_are_skipped_not_cut(data):
     assert len(rows) == 4 and all(r["rewards"]["final"] == 3.0 for r in rows)
     kept, skipped = value.fitting(value.read_trajectories(data), max_tokens=20)
     assert kept == [] and skipped == 8
+    kept, skipped = value.fitting(value.read_trajectories(data), max_tokens=30)  # the last turn ends at 31
+    assert kept == [] and skipped == 8
+
+
+def test_only_the_tool_results_after_the_last_reply_are_cut(data):
+    """36 tokens: the last policy token is the 31st, a 5-token tool result follows. At 31 the row is kept without
+    that result: nothing is trained on it, and the reward sits on the last policy token, which stays."""
+    rows = value.read_trajectories(data)
+    kept, skipped = value.fitting(rows, max_tokens=31)
+    assert skipped == 0 and [len(r["input_ids"]) for r in kept] == [31] * 8
+    assert all(r["input_ids"] == w["input_ids"][:31] and r["loss_mask"] == w["loss_mask"][:31] and r["loss_mask"][-1]
+               for r, w in zip(kept, rows))
+    assert value.fitting(rows, max_tokens=36)[0] == rows  # rows that fit are kept whole
 
 
 @pytest.mark.parametrize("text, message", [

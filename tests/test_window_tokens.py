@@ -82,3 +82,15 @@ def test_a_last_turn_too_big_to_keep_has_its_file_text_elided(tmp_path, monkeypa
     assert max(backend.sizes) < WINDOW, max(backend.sizes)
     last = compactions[-1]["messages"]
     assert "chars elided" in str(last[-2]["tool_calls"][0]["arguments"]["content"])
+
+
+def test_each_request_leaves_room_for_the_longest_reply(tmp_path, monkeypatch):
+    """A model may write max_tokens after its request, inside the same window: a request past the window less
+    that compacts first (here at 48,000 - 16,000 tokens instead of three quarters of the window, 36,000: the
+    requests grow by about 2,200 tokens a turn, so the plain session's longest is over 33,700)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    room = 16_000
+    roomy, _ = long_session(tmp_path / "a", monkeypatch, window_tokenizer="tokenizer", max_tokens=room)
+    plain, _ = long_session(tmp_path / "b", monkeypatch, window_tokenizer="tokenizer")  # 8,192: no effect here
+    assert max(roomy.sizes) <= WINDOW - room < max(plain.sizes), (max(roomy.sizes), max(plain.sizes))

@@ -20,6 +20,7 @@ backends send only the text. docs/env.md has the contract.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import threading
 import time
@@ -129,13 +130,15 @@ PLAYBOOK_POINTER = ("\n(The optimisation playbook, the rest of this guide, is in
 
 
 def system_prompt(workdir: Path, config: wd.WorkdirConfig, window: int | None = None,
-                  text_tokens: Callable[[str], int] | None = None) -> str:
+                  text_tokens: Callable[[str], int] | None = None, fixed: str = "") -> str:
     """The system prompt: the rules and the workdir's guide, whose playbook stays in SKILL.md when the whole
-    guide would fill more than half of a `window` of tokens (counted by `text_tokens`, else estimated)."""
+    guide and `fixed` (what else every request holds: the task, the tools) would fill more than half of a
+    `window` of tokens (counted by `text_tokens`, else estimated): compaction aims for half the window, and
+    a prefix past it would be compacted to at every turn."""
     skill = (workdir / "SKILL.md").read_text()
     playbook = PLAYBOOK.search(skill)
-    tokens = text_tokens(skill) if text_tokens else len(skill) // context.CHARS_PER_TOKEN
-    if window and playbook and tokens > window // 2:
+    count = text_tokens or (lambda text: len(text) // context.CHARS_PER_TOKEN)
+    if window and playbook and count(skill) + (count(fixed) if fixed else 0) > window // 2:
         skill = skill[:playbook.start()] + PLAYBOOK_POINTER
     device_name = "CUDA" if config.device == "cuda" else "C++ (CPU)"
     return wd.packaged_text("prompts", "system.md").format(device_name=device_name, skill=skill)
@@ -187,13 +190,15 @@ class KernelEnv:
         saved = self.repo.save_user_changes(session_id)
         self.surface = self.repo.git_exec_surface()
         self.recorder = Recorder(self.workdir, session_id, self.listeners)
-        self.system = system_prompt(self.workdir, self.config, self.window, self.text_tokens)
         first = {"role": "user", "content": task_prompt(self.workdir, self.config, self.budget)}
+        tools = [asdict(spec) for spec in Toolbox(self.workdir, evaluator=None).specs()]
+        self.system = system_prompt(self.workdir, self.config, self.window, self.text_tokens,
+                                    fixed=first["content"] + json.dumps(tools))
         self.recorder.emit("session_start", session_id=session_id, workdir=str(self.workdir), task=self.config.task,
                            system=self.system, config={**self.settings.public(), **self.model_info,
                                                        "device": self.config.device, "precision": self.config.precision},
                            messages=[first], user_changes_commit=saved, head=self.repo.head_sha(),
-                           tools=[asdict(spec) for spec in Toolbox(self.workdir, evaluator=None).specs()])
+                           tools=tools)
         self._open(Progress(self.repo, self.recorder, self.settings.noise), [first])
         return self._observe(first["content"])
 

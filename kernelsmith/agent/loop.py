@@ -17,6 +17,7 @@ from kernelsmith.agent.env import KernelEnv
 from kernelsmith.backends.base import Backend, TextSink, ToolSpec
 
 COMPACT_TO = 0.5  # of the window, so that compaction is not needed again at once
+COMPACT_AT = 0.75  # of the window: the request length that starts a compaction, at most
 # turns kept verbatim by compaction, tried in this order; then, where the window cannot hold even the last turn (a
 # 135M student's 8,192 positions: a 5,000-token prefix and a kernel file of 5,700), its file text is elided too
 # (the file is on disk; the turn's results, which the model has not read yet, stay)
@@ -32,6 +33,7 @@ class Agent:
     window: int
     on_text: TextSink | None = None
     measure: Measure | None = None  # None: estimated, calibrated by the usage the backend reports
+    reply_tokens: int | None = None  # the longest reply the model may write (its max_tokens): room kept for it
 
     def __post_init__(self):
         self.tools_json = json.dumps([s.__dict__ for s in self.env.specs])
@@ -57,7 +59,7 @@ class Agent:
         """Compact older turns when the next call would fill the window past the threshold."""
         env = self.env
         tokens = self.tokens(env.messages)
-        if not context.should_compact(tokens, self.window):
+        if not context.should_compact(tokens, self.window, self.compact_at() / max(self.window, 1)):
             return
         budget, note = int(self.window * COMPACT_TO), env.state_note()
         for keep_recent, elide_recent in KEEP_RECENT:  # fewer verbatim recent turns only when the budget demands it
@@ -69,6 +71,15 @@ class Agent:
             if stats["after_tokens"] <= budget:
                 break
         env.compacted(compacted, tokens, stats)
+
+    def compact_at(self) -> int:
+        """The request length that starts a compaction: 3/4 of the window, less where the model's longest reply
+        would not fit after it (a 135M student's 2,816-token replies in its 8,192 positions: 5,376), though never
+        below what compaction aims for."""
+        at = COMPACT_AT * self.window
+        if self.reply_tokens:
+            at = max(COMPACT_TO * self.window, min(at, self.window - self.reply_tokens))
+        return int(at)
 
     def tokens(self, messages: list[dict]) -> int:
         """The next request's length: measured where there is a measure (which calibrates the estimate that

@@ -87,7 +87,8 @@ def _resumed_settings(state: reader.SessionState, flags: Settings) -> Settings:
 
 def _agent(settings: Settings, backend: Backend, env: KernelEnv, on_text: TextSink | None, measure=None) -> Agent:
     backend.bind(env.workdir, env.config.device, env.config.precision)
-    return Agent(backend, env, context_window(backend_name(settings), settings), on_text=on_text, measure=measure)
+    return Agent(backend, env, context_window(backend_name(settings), settings), on_text=on_text, measure=measure,
+                 reply_tokens=settings.max_tokens)
 
 
 def _measure(settings: Settings):

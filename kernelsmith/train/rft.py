@@ -73,7 +73,9 @@ def dataset(rows: list[dict], max_tokens: int):
     """A datasets.Dataset TRL takes as processed: input_ids and assistant_masks (the policy's tokens)."""
     from datasets import Dataset
 
-    fitting = [r for r in rows if len(r["input_ids"]) <= max_tokens]
+    from kernelsmith.train.value import fitting as within
+
+    fitting = within(rows, max_tokens)[0]
     if not fitting:
         raise BadInput(f"no trajectory fits {max_tokens} tokens", "raise --max-tokens")
     return Dataset.from_dict({"input_ids": [r["input_ids"] for r in fitting],

@@ -33,7 +33,7 @@ class ValueConfig:
     lr: float = 1e-5
     batch_size: int = 4  # trajectories per optimizer step
     micro_batch: int = 1  # trajectories per forward and backward
-    max_tokens: int = 32768  # longer trajectories are skipped (counted), never cut: a cut one lies about its return
+    max_tokens: int = 32768  # longer trajectories are skipped (counted), never cut inside their policy tokens
     gamma: float = 1.0
     lam: float = 0.95
     clip: float = 0.2
@@ -61,8 +61,23 @@ def _parsed(line: str, path: Path, number: int) -> dict:
 
 
 def fitting(rows: list[dict], max_tokens: int) -> tuple[list[dict], int]:
-    kept = [r for r in rows if len(r["input_ids"]) <= max_tokens]
+    """The rows whose policy tokens all lie within `max_tokens`, each cut there, and how many were left out. What a
+    cut takes is the tool results after a row's last reply: no loss, no reward sits on them (the rewards are on
+    policy tokens), and the next row's context holds them. A row is never cut inside its policy tokens."""
+    kept = [_cut(r, max_tokens) for r in rows if policy_length(r) <= max_tokens]
     return kept, len(rows) - len(kept)
+
+
+def policy_length(row: dict) -> int:
+    """Tokens up to and with the row's last policy token."""
+    mask = row["loss_mask"]
+    return next((len(mask) - i for i, m in enumerate(reversed(mask)) if m), 0)
+
+
+def _cut(row: dict, max_tokens: int) -> dict:
+    if len(row["input_ids"]) <= max_tokens:
+        return row
+    return {**row, "input_ids": row["input_ids"][:max_tokens], "loss_mask": row["loss_mask"][:max_tokens]}
 
 
 def batch_of(rows: list[dict], pad_id: int, device: str) -> dict[str, Tensor]:
