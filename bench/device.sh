@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
 #     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|breakdown|conv-layout|gemm-reduce|probe-throw|probe-gemm|synth|synth-bench
-# Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
+# `bash bench/dev_setup.sh [train]` makes the ignored folders the steps carry. Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
