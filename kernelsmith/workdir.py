@@ -64,8 +64,9 @@ def skill_text(device: str) -> str:
     return packaged_text("skills", device, "SKILL.md")
 
 
-def render_skill(device: str, task_name: str, precision: str) -> str:
-    text = skill_text(device)
+def render_skill(device: str, task_name: str, precision: str, name: str = "SKILL.md") -> str:
+    """The guide for a task (name BRIEF.md: its short form, for a model whose window cannot hold the guide)."""
+    text = packaged_text("skills", device, name)
     return text.replace("{task_name}", task_name).replace("{device}", device).replace("{precision}", precision)
 
 

@@ -123,17 +123,21 @@ def test_a_session_compacts_at_the_checkpoints_own_window(student, tmp_path):
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_a_small_window_gets_the_guide_without_its_playbook_which_stays_in_the_workdir(tmp_path, device):
-    """The CUDA guide alone is about 9,000 tokens, more than SmolLM2-135M's whole window: such a policy gets the
-    rules and the workflow, and a pointer to the playbook in SKILL.md; a large window gets all of it."""
+    """The CUDA guide alone is about 11,000 of SmolLM2-135M's tokens, more than its whole window: such a policy
+    gets the guide up to its playbook where that fits half the window, else the guide's brief, each with a pointer
+    to SKILL.md; a large window gets all of it."""
     from kernelsmith import workdir as wd
-    from kernelsmith.agent.env import system_prompt
+    from kernelsmith.agent.env import PLAYBOOK, system_prompt
 
     (tmp_path / "SKILL.md").write_text(wd.render_skill(device, "task", "fp32"))
     config = wd.WorkdirConfig(task="task", origin="model.py", device=device, precision="fp32")
-    whole, small = system_prompt(tmp_path, config, 200_000), system_prompt(tmp_path, config, 2048)
+    rules = PLAYBOOK.search((tmp_path / "SKILL.md").read_text()).start()
+    whole, shorter, brief = (system_prompt(tmp_path, config, window) for window in (200_000, rules // 2 + 200, 2048))
     assert "Optimisation playbook" in whole and system_prompt(tmp_path, config) == whole
-    assert "Optimisation playbook" not in small and "is in SKILL.md" in small and len(small) < len(whole) * 0.8
-    assert "## 1. The workdir" in small and "Optimisation playbook" in (tmp_path / "SKILL.md").read_text()
+    assert "Optimisation playbook" not in shorter and "is in SKILL.md" in shorter and len(shorter) < len(whole) * 0.8
+    assert "## 1. The workdir" in shorter and "Optimisation playbook" in (tmp_path / "SKILL.md").read_text()
+    assert "## 1. The workdir" not in brief and "skill, in brief" in brief and "append: true" in brief
+    assert "is in SKILL.md in the workdir: read_file it" in brief and len(brief) < len(shorter) * 0.6
     # counted in the window's own tokens where they are known: a guide that fits half the window at 4 characters
     # a token but not at one (a small model's tokenizer on text it was not trained on) loses its playbook
     guide = len((tmp_path / "SKILL.md").read_text())

@@ -122,26 +122,36 @@ def eval_options(settings: Settings, config: wd.WorkdirConfig) -> EvalOptions:
                        spare_workers=config.device == "cuda", profile_spares=True)
 
 
-# A model with a small window (SmolLM2-135M: 8,192 positions; the CUDA guide alone is about 9,000 tokens) gets the
-# guide up to its optimisation playbook, and reads the playbook from SKILL.md when it needs it
+# A model with a small window (SmolLM2-135M: 8,192 positions; the CUDA guide alone is about 11,000 of its tokens) gets
+# the guide up to its optimisation playbook, or where even that is too long its brief (skills/<device>/BRIEF.md), and
+# reads the rest from SKILL.md when it needs it
 PLAYBOOK = re.compile(r"\n## \d+\. Optimisation playbook")
 PLAYBOOK_POINTER = ("\n(The optimisation playbook, the rest of this guide, is in SKILL.md in the workdir: "
                     "read_file it when you need it. Your context window is too small to hold it here.)\n")
+BRIEF_POINTER = ("\n(The whole guide, with the rules in detail and the optimisation playbook, is in SKILL.md in the "
+                 "workdir: read_file it when you need it. Your context window is too small to hold it here.)\n")
 
 
 def system_prompt(workdir: Path, config: wd.WorkdirConfig, window: int | None = None,
                   text_tokens: Callable[[str], int] | None = None, fixed: str = "") -> str:
-    """The system prompt: the rules and the workdir's guide, whose playbook stays in SKILL.md when the whole
-    guide and `fixed` (what else every request holds: the task, the tools) would fill more than half of a
-    `window` of tokens (counted by `text_tokens`, else estimated): compaction aims for half the window, and
-    a prefix past it would be compacted to at every turn."""
-    skill = (workdir / "SKILL.md").read_text()
-    playbook = PLAYBOOK.search(skill)
+    """The system prompt: the rules and the workdir's guide, as much of it as leaves the request's fixed part (with
+    `fixed`, what else every request holds: the task, the tools) within half of a `window` of tokens (counted by
+    `text_tokens`, else estimated): the whole guide, the guide without its playbook, else its brief. Compaction
+    aims for half the window: a prefix past it would be compacted to at every turn."""
     count = text_tokens or (lambda text: len(text) // context.CHARS_PER_TOKEN)
-    if window and playbook and count(skill) + (count(fixed) if fixed else 0) > window // 2:
-        skill = skill[:playbook.start()] + PLAYBOOK_POINTER
+    rest = count(fixed) if fixed and window else 0
+    guides = _guides((workdir / "SKILL.md").read_text(), config) if window else []
+    skill = next((g for g in guides if count(g) + rest <= window // 2), guides[-1] if guides else None)
     device_name = "CUDA" if config.device == "cuda" else "C++ (CPU)"
-    return wd.packaged_text("prompts", "system.md").format(device_name=device_name, skill=skill)
+    return wd.packaged_text("prompts", "system.md").format(device_name=device_name,
+                                                           skill=skill or (workdir / "SKILL.md").read_text())
+
+
+def _guides(skill: str, config: wd.WorkdirConfig) -> list[str]:
+    """The workdir's guide, then shorter forms of it, longest first."""
+    playbook = PLAYBOOK.search(skill)
+    shorter = [skill[:playbook.start()] + PLAYBOOK_POINTER] if playbook else []
+    return [skill, *shorter, wd.render_skill(config.device, config.task, config.precision, "BRIEF.md") + BRIEF_POINTER]
 
 
 def task_prompt(workdir: Path, config: wd.WorkdirConfig, budget: Budget) -> str:
