@@ -588,7 +588,7 @@ def revert(rev: str = typer.Argument(..., help="a kernel commit (sha or prefix, 
     if repo.index_note:
         from rich.markup import escape
 
-        console.print(f"[yellow]warning:[/] {escape(repo.index_note)}", highlight=False)
+        console.print(f"[yellow]warning:[/] {escape(repo.index_note)}", highlight=False, soft_wrap=True)  # a path stays whole
 
 
 @app.command()
