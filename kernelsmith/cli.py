@@ -931,6 +931,7 @@ def _report_rft(summary: dict) -> None:
     table.add_row("teacher sessions", str(summary["sessions"]))
     table.add_row("trajectories", f"{summary['trajectories']}, kept {summary['kept']}")
     table.add_row("rejected", ", ".join(f"{n} {why}" for why, n in summary["rejected"].items()) or "none")
+    table.add_row("trained on", f"{summary['trained_on']} ({summary['past_window']} kept but past --max-tokens)")
     table.add_row("training steps", str(summary["steps"]))
     table.add_row("loss", f"{summary['first'].get('loss', float('nan')):.4f} -> {summary['last'].get('loss', float('nan')):.4f}")
     console.print(table)

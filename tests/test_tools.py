@@ -352,7 +352,7 @@ def test_unknown_tool_is_an_error_outcome(tools):
     ("write_file", {"path": "notes.md"}),                              # missing content
     ("read_file", {}),                                                 # missing path
     ("read_file", {"path": "model.py", "mode": "rb"}),                 # extra argument
-    ("write_file", {"path": "notes.md", "content": "x", "append": True}),
+    ("write_file", {"path": "notes.md", "content": "x", "mode": "a"}),  # extra argument
     ("compile", {"target": "all"}),
     ("bash", {"_raw": '{"command": "ls'}),                             # broken JSON from a backend
 ])

@@ -64,6 +64,7 @@ def test_the_student_learns_the_policys_tokens_and_not_the_tool_outputs(student,
     summary = rft.finetune(rows, student, tmp_path / "ckpt", rft.RftConfig(epochs=15, lr=3e-3, grad_accum=2))
     after = nll(tmp_path / "ckpt", rows, policy=True), nll(tmp_path / "ckpt", rows, policy=False)
     assert summary["steps"] > 10 and summary["last"]["loss"] < summary["first"]["loss"]
+    assert summary["trained_on"] == 8 and summary["past_window"] == 0
     assert after[0] < 0.25 * before[0], (before, after)  # the teacher's tokens: learnt
     assert before[1] - after[1] < 0.25 * (before[0] - after[0]), (before, after)  # the tool outputs: not taught
     assert (tmp_path / "ckpt" / "metrics.jsonl").read_text().count("\n") == summary["steps"]
@@ -149,12 +150,16 @@ def test_rft_end_to_end_with_the_builtin_teacher_and_no_api_key(tmp_path):
     assert reused["kept"] == selection["kept"] and reused["sessions"] == 1 and not (again_out / "rollouts").exists()
     assert (again_out / "trajectories.jsonl").read_text() == (out / "trajectories.jsonl").read_text()  # train value reads it
     assert (again_out / "config.json").is_file() and (again_out / "metrics.jsonl").read_text().strip()
-    # without --max-tokens, rows longer than the student's window are left out: this tokenizer spends 3,800 of its
-    # 4,096 positions on the system prompt, the tools and the task, so the teacher's batched replies never fit
-    longest = max(len(row["input_ids"]) for row in kept)
-    refused = subprocess.run(cli + data_args[:5] + [str(tmp_path / "windowed")] + data_args[6:-2],
-                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert longest > 4096 and refused.returncode == 2, (longest, refused.stderr[-2000:])
+    # without --max-tokens the student's window (4,096 positions) bounds the rows: those whose replies reach past it
+    # (the batched teacher writes whole files in one reply) are left out, and with only those nothing is left
+    from kernelsmith.train.value import policy_length
+
+    past = [row for row in kept if policy_length(row) > 4096]
+    assert past, [policy_length(row) for row in kept]
+    (tmp_path / "past.jsonl").write_text("".join(json.dumps(row) + "\n" for row in past))
+    windowed = ["--data", str(tmp_path / "past.jsonl")] + data_args[2:5] + [str(tmp_path / "windowed")] + data_args[6:-2]
+    refused = subprocess.run(cli + windowed, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr[-2000:]
     assert "no trajectory fits 4096 tokens" in refused.stderr and "Traceback" not in refused.stderr
     # trajectories exported with replies as made, split one call per reply on the way in (--data with
     # --one-call-per-reply): the same rows as the sessions exported that way, and what value reads

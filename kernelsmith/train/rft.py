@@ -105,13 +105,13 @@ def finetune(rows: list[dict], model: Path, out: Path, cfg: RftConfig, device: s
                 if on_log:
                     on_log(history[-1])
 
-    trainer = SFTTrainer(model=policy, args=args, train_dataset=dataset(rows, cfg.max_tokens),
-                         processing_class=tokenizer, callbacks=[Logs()])
+    data = dataset(rows, cfg.max_tokens)
+    trainer = SFTTrainer(model=policy, args=args, train_dataset=data, processing_class=tokenizer, callbacks=[Logs()])
     trainer.train()
     trainer.save_model(str(out))
     tokenizer.save_pretrained(str(out))
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
-    return {"trajectories": len(rows), "steps": len(history), "first": history[0] if history else {},
+    return {"trained_on": len(data), "past_window": len(rows) - len(data), "steps": len(history), "first": history[0] if history else {},
             "last": history[-1] if history else {}, "out": str(out)}
 
 
