@@ -93,12 +93,14 @@ class BuiltinBackend(BackendBase):
     def _in_parts(self, text: str, calls: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
         """Each write_file whose reply would pass the cap as parts that fit (the first reply also holds `text`)."""
         out: list[tuple[str, dict]] = []
+        cap = self.max_reply_tokens - REPLY_MARGIN
         for name, args in calls:
-            room = self.max_reply_tokens - REPLY_MARGIN - (self.text_tokens(text) if not out and text else 0)
+            room = max(cap - (self.text_tokens(text) if not out and text else 0), cap // 2)  # texts are a line or two
             if name != "write_file" or self._reply_tokens(name, args) <= room:
                 out.append((name, args))
                 continue
-            parts = _parts(args["content"], lambda part: self._reply_tokens(name, {**args, "content": part}), room)
+            counted = lambda part: self._reply_tokens(name, {**args, "content": part, "append": True})  # noqa: E731
+            parts = _parts(args["content"], counted, room)
             out += [(name, {**args, "content": part, **({"append": True} if i else {})}) for i, part in enumerate(parts)]
         return out
 
