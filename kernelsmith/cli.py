@@ -492,7 +492,8 @@ def synth(out: Path = typer.Option(..., "--out", help="folder for tasks/, manife
     from kernelsmith.synth import run as synth_run
 
     plan = synth_run.SynthPlan(out=out.resolve(), count=count, max_ops=max_ops, seed=seed,
-                               device=_synth_device(device, out, count, resume), composer=composer, against=list(against),
+                               device=_synth_device(device, out, count, resume), composer=composer,
+                               against=list(against),
                                workers=workers, resume=resume, window_ms=_window(eager_window),
                                backend_flags={"model": model, "base_url": base_url})
     if threshold is not None:
@@ -588,7 +589,8 @@ def revert(rev: str = typer.Argument(..., help="a kernel commit (sha or prefix, 
     if repo.index_note:
         from rich.markup import escape
 
-        console.print(f"[yellow]warning:[/] {escape(repo.index_note)}", highlight=False, soft_wrap=True)  # a path stays whole
+        # soft-wrapped: a path in it stays whole, to copy
+        console.print(f"[yellow]warning:[/] {escape(repo.index_note)}", highlight=False, soft_wrap=True)
 
 
 @app.command()

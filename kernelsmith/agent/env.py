@@ -138,13 +138,14 @@ def system_prompt(workdir: Path, config: wd.WorkdirConfig, window: int | None = 
     `fixed`, what else every request holds: the task, the tools) within half of a `window` of tokens (counted by
     `text_tokens`, else estimated): the whole guide, the guide without its playbook, else its brief. Compaction
     aims for half the window: a prefix past it would be compacted to at every turn."""
-    count = text_tokens or (lambda text: len(text) // context.CHARS_PER_TOKEN)
-    rest = count(fixed) if fixed and window else 0
-    guides = _guides((workdir / "SKILL.md").read_text(), config) if window else []
-    skill = next((g for g in guides if count(g) + rest <= window // 2), guides[-1] if guides else None)
+    skill = (workdir / "SKILL.md").read_text()
+    if window:
+        count = text_tokens or (lambda text: len(text) // context.CHARS_PER_TOKEN)
+        rest = count(fixed) if fixed else 0
+        guides = _guides(skill, config)
+        skill = next((g for g in guides if count(g) + rest <= window // 2), guides[-1])
     device_name = "CUDA" if config.device == "cuda" else "C++ (CPU)"
-    return wd.packaged_text("prompts", "system.md").format(device_name=device_name,
-                                                           skill=skill or (workdir / "SKILL.md").read_text())
+    return wd.packaged_text("prompts", "system.md").format(device_name=device_name, skill=skill)
 
 
 def _guides(skill: str, config: wd.WorkdirConfig) -> list[str]:

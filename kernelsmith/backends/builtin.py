@@ -101,7 +101,8 @@ class BuiltinBackend(BackendBase):
                 continue
             counted = lambda part: self._reply_tokens(name, {**args, "content": part, "append": True})  # noqa: E731
             parts = _parts(args["content"], counted, room)
-            out += [(name, {**args, "content": part, **({"append": True} if i else {})}) for i, part in enumerate(parts)]
+            out += [(name, {**args, "content": part, **({"append": True} if i else {})})
+                    for i, part in enumerate(parts)]
         return out
 
     def _reply_tokens(self, name: str, args: dict) -> int:

@@ -111,8 +111,8 @@ def finetune(rows: list[dict], model: Path, out: Path, cfg: RftConfig, device: s
     trainer.save_model(str(out))
     tokenizer.save_pretrained(str(out))
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
-    return {"trained_on": len(data), "past_window": len(rows) - len(data), "steps": len(history), "first": history[0] if history else {},
-            "last": history[-1] if history else {}, "out": str(out)}
+    return {"trained_on": len(data), "past_window": len(rows) - len(data), "steps": len(history),
+            "first": history[0] if history else {}, "last": history[-1] if history else {}, "out": str(out)}
 
 
 TEACHERS = ("builtin", "anthropic", "openai", "scripted", "hf")  # hf: the student samples itself (--model)
