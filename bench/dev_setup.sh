@@ -26,6 +26,8 @@ if [ ! -f .dev/synth-bench/rows.jsonl ]; then
 fi
 # .whl: what every step needs that the device lacks
 ls .whl/gitpython-*.whl >/dev/null 2>&1 || fetch -d .whl gitpython gitdb smmap
+# CUTLASS's headers for the 3xTF32 GEMMs (installed --no-deps: its Python half, which needs cuda-python, is unused)
+ls .whl/nvidia_cutlass-*.whl >/dev/null 2>&1 || fetch -d .whl nvidia-cutlass==4.2.0.0
 
 [ "${1:-}" = train ] || exit 0
 # .carry/a and .carry/c: SmolLM2-135M's wheel (93 MB) in two halves, one call's 64 MiB carry each

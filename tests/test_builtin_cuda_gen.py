@@ -20,6 +20,7 @@ from typing import Callable
 import pytest
 
 from kernelsmith.compiler import cuda
+from kernelsmith.evaluation import build_plan
 from kernelsmith.compiler.ir import (CatGroup, ConvGroup, GemmGroup, Generated, Group, MatrixLayout, Op, PointwiseGroup,
                                      PoolGroup, ReductionGroup, Value)
 
@@ -197,6 +198,28 @@ def mm_transposed_case() -> Case:
     group = GemmGroup("k40_mm_transposed", [a, b], [y], a="a", b="b", m=m, n=n, k=k, result="y", out_shape=(m, n),
                       a_layout=MatrixLayout(True, m, 0, (1, m)), b_layout=MatrixLayout(True, k, 0, (1, k)))
     return Case(group, _values(a, b, y), lambda torch, t: [t["a"] @ t["b"]], atol=1e-4, rtol=1e-3, tags={"gemm"})
+
+
+def tf32x3_case() -> Case:
+    """relu(x @ W^T + b) with every size a multiple of 4 (3xTF32's 16-byte loads), m not one of a tile: where
+    CUTLASS is installed the GPU test runs its tiles, not only the fall back to SGEMM."""
+    case = gemm_case()
+    m, n, k = 200, 96, 264
+    g = case.group
+    g.name, g.m, g.n, g.k, g.out_shape, g.epilogue = "k41_tf32x3", m, n, k, (m, n), [Op("relu", ["mm"], "y")]
+    for name, shape in (("x", (m, k)), ("w", (n, k)), ("b", (n,)), ("mm", (m, n)), ("y", (m, n))):
+        case.values[name].shape = shape
+    case.reference = lambda torch, t: [torch.relu(t["x"] @ t["w"].t() + t["b"])]
+    return case
+
+
+def tf32x3_batched_case() -> Case:
+    """A batched a @ b^T of aligned sizes with alpha 0.25: the tiles' batched mode, B column-major."""
+    a, b, y = _v("a", (2, 36, 20)), _v("b", (2, 28, 20)), _v("y", (2, 36, 28))
+    group = GemmGroup("k42_tf32x3_bmm", [a, b], [y], a="a", b="b", batch=2, m=36, n=28, k=20, alpha=0.25,
+                      trans_b=True, result="y", out_shape=(2, 36, 28))
+    return Case(group, _values(a, b, y), lambda torch, t: [0.25 * t["a"] @ t["b"].transpose(1, 2)],
+                atol=1e-4, rtol=1e-3, tags={"gemm"})
 
 
 def conv2d_case() -> Case:
@@ -415,7 +438,8 @@ CASES = {f.__name__.removesuffix("_case"): f for f in (
     column_softmax_case, logsumexp_amax_case, amax_case, norm_all_case, bmm_case, linear_case, mm_case,
     conv2d_case, conv_transpose1d_case, depthwise_conv3d_case, max_pool_case, avg_pool3d_case, cumsum_rows_case,
     cumsum_columns_case, masked_case, float_input_case, frobenius_case, long_row_softmax_case, long_row_argmax_case,
-    long_row_mean_case, cat_case, safe_softmax_case, mm_transposed_case, pool_prologue_case, avg_pool_prologue_case)}
+    long_row_mean_case, cat_case, safe_softmax_case, mm_transposed_case, pool_prologue_case, avg_pool_prologue_case,
+    tf32x3_case, tf32x3_batched_case)}
 
 
 
@@ -586,13 +610,21 @@ def _cuda_include(nvcc: str) -> Path | None:
     return next((home / "include" for home in homes if (home / "include" / "cuda_runtime.h").is_file()), None)
 
 
-LIBRARY_HEADERS = {"cublas": "cublas_v2.h", "cudnn": "cudnn.h"}
+LIBRARY_HEADERS = {"cublas": "cublas_v2.h", "cudnn": "cudnn.h", "cutlass": "cutlass/cutlass.h"}
+
+
+def library_of(text: str) -> str | None:
+    """The library a generated .cu includes (<cublas_v2.h>, <cudnn.h>, "cutlass/cutlass.h"), or None."""
+    return next((lib for lib, header in LIBRARY_HEADERS.items() if f"<{header}>" in text or f'"{header}"' in text),
+                None)
 
 
 def _library_include(nvcc: str, library: str) -> Path | None:
     """A folder holding the library's header: the toolkit's, the system's, the nvidia wheel's,
     or $<LIBRARY>_INCLUDE_DIR (e.g. CUDNN_INCLUDE_DIR, for headers unpacked by hand)."""
     header = LIBRARY_HEADERS[library]
+    if library == "cutlass":  # header-only, found where the build finds it
+        return build_plan.cutlass_include()
     candidates = [folder for folder in (_cuda_include(nvcc), Path("/usr/include"),
                                         Path("/usr/include/x86_64-linux-gnu")) if folder]
     candidates += [Path(os.environ[f"{library.upper()}_INCLUDE_DIR"])] if f"{library.upper()}_INCLUDE_DIR" in \
@@ -635,7 +667,8 @@ def test_dense_inputs_are_checked_contiguous_and_strided_ones_get_strides():
     assert "std::tuple<at::Tensor, at::Tensor>" in binding
 
 
-def test_gemm_uses_cublas_without_tf32_in_its_own_file():
+def test_gemm_uses_cublas_without_tf32_in_its_own_file(monkeypatch):
+    monkeypatch.setenv(build_plan.CUTLASS_ENV, "0")  # SGEMM alone, as where CUTLASS is not installed
     made = cuda.generate(gemm_case().group, gemm_case().values)
     cublas = made.files["k5_gemm_gemm.cu"]
     assert "#include <cublas_v2.h>" in cublas and "CUBLAS_DEFAULT_MATH" in cublas and "TF32" not in \
@@ -643,6 +676,74 @@ def test_gemm_uses_cublas_without_tf32_in_its_own_file():
     assert "cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, 24, 48, 40, &alpha, b, 40, a, 40, &beta, c, 24)" in cublas
     assert "cublas" not in made.files["k5_gemm.cu"].lower().replace("k5_gemm_gemm.cu", "")
     assert len(made.variants) == 6  # bias in the epilogue or through beta, 3 block sizes each
+
+
+@pytest.fixture
+def fake_cutlass(tmp_path, monkeypatch):
+    """A CUTLASS include folder as the policy looks for one (the generator only asks whether there is one)."""
+    (tmp_path / "cutlass").mkdir()
+    (tmp_path / "cutlass" / "cutlass.h").write_text("#pragma once\n")
+    monkeypatch.setenv(build_plan.CUTLASS_ENV, str(tmp_path))
+    return tmp_path
+
+
+def _resized_gemm(m: int, n: int, k: int) -> Case:
+    case = gemm_case()
+    g = case.group
+    g.m, g.n, g.k, g.out_shape = m, n, k, (m, n)
+    for name, shape in (("x", (m, k)), ("w", (n, k)), ("b", (n,)), ("mm", (m, n)), ("y", (m, n))):
+        case.values[name].shape = shape
+    return case
+
+
+def test_a_large_fp32_gemm_tries_3xtf32_tiles_first_with_sgemm_behind_them(fake_cutlass):
+    case = _resized_gemm(1024, 1024, 1024)  # 2^30 multiply-adds: LARGE_GEMM
+    made = cuda.generate(case.group, case.values)
+    assert made.variants[0] == "CUTLASS 3xTF32 128x128x16 tile, bias in the epilogue, epilogue 256 threads/block"
+    assert sum("CUTLASS 3xTF32" in v for v in made.variants) == 4 and len(made.variants) == 10
+    tf32x3 = made.files["k5_gemm_gemm_tf32x3.cu"]
+    assert '#include "cutlass/gemm/device/gemm_universal.h"' in tf32x3 and "OpMultiplyAddFastF32" in tf32x3
+    # nn.Linear's weight [n, k] is B column-major as it lies; C row-major with ld n
+    assert "float, cutlass::layout::RowMajor, float, cutlass::layout::ColumnMajor, float" in tf32x3
+    assert "{1024, 1024, 1024}, 1, {alpha, beta}, a, b, c, c" in tf32x3 and ", 1024, 1024, 1024, 1024);" in tf32x3
+    launch = made.files["k5_gemm.cu"]
+    assert "kTile[] = {0, 1, 2, 3, -1, -1, -1, -1, -1, -1}" in launch
+    # where the tile cannot run (before sm_80, misaligned), the launcher takes SGEMM instead
+    assert "if (status == -1) status = k5_gemm_gemm(" in launch
+    assert "#include <cublas" not in tf32x3
+
+
+def test_a_small_gemm_keeps_sgemm_first_and_tries_the_tiles_next(fake_cutlass):
+    made = cuda.generate(gemm_case().group, gemm_case().values)
+    assert made.variants[0].startswith("cuBLAS sgemm") and made.variants[1].startswith("CUTLASS 3xTF32 128x128x16")
+    assert "kTile[] = {-1, 0, 1, 2, 3, -1, -1, -1, -1, -1}" in made.files["k5_gemm.cu"]
+
+
+def test_3xtf32_is_offered_only_for_float32_math(fake_cutlass):
+    for precision in ("tf32", "bf16"):
+        case = CASES[f"gemm_{precision}"]()
+        made = cuda.generate(case.group, case.values, case.precision)
+        assert not any(f.endswith("_tf32x3.cu") for f in made.files)
+        assert "kTile" not in made.files[f"k5_gemm_{precision}.cu"]
+
+
+def test_without_cutlass_the_gemm_files_are_what_they_were(fake_cutlass, monkeypatch):
+    """KERNELSMITH_CUTLASS=0 (or no CUTLASS installed): SGEMM alone, the launcher as before it had tiles."""
+    monkeypatch.setenv(build_plan.CUTLASS_ENV, "0")
+    made = cuda.generate(gemm_case().group, gemm_case().values)
+    assert "kTile" not in made.files["k5_gemm.cu"] and "k5_gemm_gemm_tf32x3.cu" not in made.files
+    assert "  const int status = k5_gemm_gemm(p_x, p_w, p_y, by_beta ? 1.0f : 0.0f, stream);" in \
+        made.files["k5_gemm.cu"]
+
+
+def test_batched_and_transposed_operands_reach_cutlass_as_they_lie(fake_cutlass):
+    text = cuda.generate(bmm_case().group, bmm_case().values).files["k11_bmm_gemm_tf32x3.cu"]
+    assert "GemmUniversalMode::kBatched" in text and "{17, 13, 9}, 3, {alpha, beta}" in text
+    assert "153LL, 117LL, 221LL, 221LL" in text  # each batch's A (17 x 9), B (9 x 13) and C (17 x 13)
+    made = cuda.generate(mm_transposed_case().group, mm_transposed_case().values)
+    text = made.files["k40_mm_transposed_gemm_tf32x3.cu"]
+    assert "float, cutlass::layout::ColumnMajor, float, cutlass::layout::ColumnMajor, float" in text
+    assert "{19, 11, 23}, 1" in text and ", 19, 23, 11, 11);" in text  # lda 19, ldb 23: as the strides say
 
 
 def test_transposed_operands_go_to_cublas_as_they_lie_and_their_strides_are_checked():
@@ -681,8 +782,8 @@ def _write_sources(folder: Path) -> tuple[list[str], dict[str, list[str]]]:
         for file, text in made.files.items():
             (folder / file).write_text(text)
             if file.endswith(".cu"):
-                users = [lib for lib, header in LIBRARY_HEADERS.items() if f"<{header}>" in text]
-                (by_library[users[0]] if users else plain).append(file)
+                library = library_of(text)
+                (by_library[library] if library else plain).append(file)
     return sorted(plain), {lib: sorted(files) for lib, files in by_library.items()}
 
 
@@ -703,12 +804,25 @@ def test_generated_library_files_compile(tmp_path, library):
     nvcc = _nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found")
-    _, by_library = _write_sources(tmp_path)
-    assert by_library[library], f"no generated file uses {library}"
     include = _library_include(nvcc, library)
+    _, by_library = _write_sources(tmp_path)
     if include is None:
         pytest.skip(f"no {LIBRARY_HEADERS[library]} here: {', '.join(by_library[library])} compile in the GPU test")
-    _compile(nvcc, by_library[library], tmp_path, ["-I", str(include)])
+    assert by_library[library], f"no generated file uses {library}"
+    files = _one_per_kind(by_library[library], tmp_path) if library == "cutlass" else by_library[library]
+    _compile(nvcc, files, tmp_path, ["-I", str(include), "--expt-relaxed-constexpr"])
+
+
+def _one_per_kind(files: list[str], folder: Path) -> list[str]:
+    """One 3xTF32 file per pair of operand layouts and GEMM mode: the rest differ only in numbers, and each
+    takes nvcc 30-40 s (four tiles of CUTLASS templates)."""
+    kinds = {}
+    for file in files:
+        text = (folder / file).read_text()
+        kind = (re.search(r"GemmUniversal<\s*float, ([\w:]+), float, ([\w:]+)", text).groups(),
+                "kBatched" in text)
+        kinds.setdefault(kind, file)
+    return sorted(kinds.values())
 
 
 def test_convolution_uses_cudnn_in_true_fp32_in_its_own_file():

@@ -108,7 +108,26 @@ def libraries_used(sources: list[Path]) -> dict[str, bool]:
     """Which NVIDIA libraries the kernels call, as compile_flags' keyword arguments (one read
     of the sources: this runs on every cached-build check)."""
     text = "\n".join(p.read_text(errors="replace") for p in sources)
-    return {"cublas": "cublas" in text, "cudnn": "cudnn.h" in text}
+    return {"cublas": "cublas" in text, "cudnn": "cudnn.h" in text, "cutlass": '#include "cutlass/' in text}
+
+
+CUTLASS_ENV = "KERNELSMITH_CUTLASS"  # a CUTLASS include folder, or 0 for none
+
+
+def cutlass_include() -> Path | None:
+    """CUTLASS's headers (the folder holding cutlass/cutlass.h): $KERNELSMITH_CUTLASS, else $CUTLASS_PATH/include,
+    else the copy the nvidia-cutlass wheel installs (found without importing it: its package needs
+    cuda-python). None where there is none, or where KERNELSMITH_CUTLASS=0."""
+    given = os.environ.get(CUTLASS_ENV, "")
+    if given == "0":
+        return None
+    folders = [Path(given)] if given else []
+    if os.environ.get("CUTLASS_PATH"):
+        folders.append(Path(os.environ["CUTLASS_PATH"]) / "include")
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec and spec.submodule_search_locations:
+        folders += [Path(p) / "source" / "include" for p in spec.submodule_search_locations]
+    return next((f.resolve() for f in folders if (f / "cutlass" / "cutlass.h").is_file()), None)
 
 
 def cudnn_flags() -> tuple[list[str], list[str]]:
@@ -123,7 +142,8 @@ def cudnn_flags() -> tuple[list[str], list[str]]:
     return [f"-I{root / 'include'}"], [f"-L{lib}", library, f"-Wl,-rpath,{lib}"]
 
 
-def compile_flags(device: str, fast_math: bool, cublas: bool = False, cudnn: bool = False) -> dict[str, list[str]]:
+def compile_flags(device: str, fast_math: bool, cublas: bool = False, cudnn: bool = False,
+                  cutlass: bool = False) -> dict[str, list[str]]:
     # No -std for the C++ files: they include torch's headers, and cpp_extension picks the standard
     # torch itself was built with (C++20 from torch 2.11). Forcing C++17 compiles those headers
     # in another dialect than libtorch's, which GCC accepts with warnings; the .cu files include
@@ -146,6 +166,9 @@ def compile_flags(device: str, fast_math: bool, cublas: bool = False, cudnn: boo
             include, link = cudnn_flags()
             cuda_flags += include
             ldflags += link
+        if cutlass:  # header-only; a source that includes it without a copy here fails its build, saying so
+            folder = cutlass_include()
+            cuda_flags += [f"-I{folder}"] if folder else []
     if fast_math and device == "cpu":
         cflags.append("-ffast-math")
     return {"cflags": cflags, "cuda_flags": cuda_flags, "ldflags": ldflags}

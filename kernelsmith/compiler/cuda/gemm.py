@@ -2,9 +2,13 @@
 in one elementwise kernel over the product, in place. With the bias through cuBLAS's beta, a
 kernel first fills the product buffer with the bias rows.
 
-At fp32, SGEMM in true fp32. At tf32, bf16 and fp16, cublasGemmEx on tensor cores (TF32 for
-float32 operands, float accumulation for 16-bit ones); the product is written at the first
-output's dtype, which the epilogue reads back."""
+At fp32, SGEMM in true fp32, or, where CUTLASS's headers are installed (the `cutlass` extra), also
+3xTF32 on tensor cores (`<name>_gemm_tf32x3.cu`, text/gemm_tf32x3.cuh): float32 operands split into
+two TF32 parts each, three products accumulated in float32, float32's accuracy at tensor-core speed.
+Its tile shapes are launch variants beside SGEMM, first for GEMMs of LARGE_GEMM multiply-adds or more,
+and it falls back to SGEMM at run time where it cannot run (before sm_80, misaligned operands).
+At tf32, bf16 and fp16, cublasGemmEx on tensor cores (TF32 for float32 operands, float accumulation
+for 16-bit ones); the product is written at the first output's dtype, which the epilogue reads back."""
 
 from __future__ import annotations
 
@@ -19,28 +23,51 @@ from kernelsmith.compiler.cuda.elementwise import Elementwise, in_place_epilogue
 from kernelsmith.compiler.ir import GemmGroup, Generated, Value
 
 EPILOGUE_THREADS = (256, 512, 128)
+# 3xTF32 tiles (block M, N, K, warp M, N, pipeline stages), from CUTLASS's own list for this math
+# (cutlass_library/generator.py, GenerateSM80_TensorOp_1688_fast_fp32_math)
+TF32X3_TILES = ((128, 128, 16, 32, 64, 4), (256, 64, 16, 64, 32, 3), (128, 64, 32, 64, 32, 3), (64, 64, 32, 32, 32, 3))
+LARGE_GEMM = 1 << 30  # multiply-adds from which the 3xTF32 tiles come first (a 1024^3 GEMM)
 CUDA_TYPES = {"float32": "CUDA_R_32F", **{dtype: half.cuda_type for dtype, half in HALF_TYPES.items()}}
 
 
 def gemm(group: GemmGroup, values: dict[str, Value], precision: str = "fp32") -> Generated:
     _check(group, values)
     ex = _uses_gemm_ex(group, values, precision)
+    tensor_cores = not ex and _tf32x3_available(group)
     bias = group.bias if group.bias is not None and group.beta != 0.0 else None
     reads = _reads(group, values, bias)
     params = input_params(group) + stride_params(reads) + output_params(group)
     epilogue = _epilogue(group, reads, params, bias)
-    variants = _variants(group, bias)
+    variants = _variants(group, bias, tensor_cores)
     kernels = ([epilogue.source()] if bias or _needs_epilogue(group) else []) + \
         ([_bias_rows_kernel(group, params, reads[0])] if bias else [])
-    launch = (f'extern "C" int {group.name}_gemm({_gemm_params(group, values)}, float beta, '
-              f"cudaStream_t stream);  // in {group.name}_gemm.cu\n\n"
+    launch = (_declarations(group, values, tensor_cores)
               + launcher(group.name, params, len(variants), _launch(group, params, epilogue, variants, bias)))
     what = f"GEMM group {group.name} ({group.batch} x [{group.m}, {group.k}] @ [{group.k}, {group.n}]), its epilogue"
     files = {f"{group.name}.cu": cu_file(group, what, kernels, launch),
              f"{group.name}_gemm.cu": _cublas(group, values, precision if ex else None)}
+    if tensor_cores:
+        files[f"{group.name}_gemm_tf32x3.cu"] = _tf32x3(group, values)
     name = f"GemmEx ({_ex_math(values[group.a].dtype, precision)})" if ex else "sgemm"
     return generated(group, files, params, _contiguous_operands(group) | dense(reads),
                      [_describe(v, name) for v in variants], strides=group.operand_strides())
+
+
+def _declarations(group: GemmGroup, values: dict[str, Value], tensor_cores: bool) -> str:
+    """The launcher's extern declarations of the GEMM calls in the other files."""
+    head = f"{_gemm_params(group, values)}, float beta"
+    lines = f'extern "C" int {group.name}_gemm({head}, cudaStream_t stream);  // in {group.name}_gemm.cu\n'
+    if tensor_cores:
+        lines += (f'extern "C" int {group.name}_gemm_tf32x3({head}, int tile, cudaStream_t stream);'
+                  f"  // in {group.name}_gemm_tf32x3.cu\n")
+    return lines + "\n"
+
+
+def _tf32x3_available(group: GemmGroup) -> bool:
+    """Whether 3xTF32 is offered: float32 in and out (the caller's SGEMM case), int-sized, CUTLASS installed."""
+    from kernelsmith.evaluation.build_plan import cutlass_include
+
+    return max(group.m, group.n, group.k, group.batch) <= INT_MAX and cutlass_include() is not None
 
 
 def _contiguous_operands(group: GemmGroup) -> set[str]:
@@ -118,8 +145,20 @@ def _result(group: GemmGroup, names: dict[str, str], bias: str | None) -> list[s
     return [f"const float v_{group.result} = {value};"]
 
 
-def _variants(group: GemmGroup, bias: str | None) -> list[tuple[bool, int]]:
-    """(bias added through cuBLAS's beta, epilogue block size)."""
+def _variants(group: GemmGroup, bias: str | None, tensor_cores: bool) -> list[tuple[int | None, bool, int]]:
+    """(3xTF32 tile, or None for SGEMM; bias added through the GEMM's beta; epilogue block size). The tiles
+    run with the first epilogue choice, ahead of SGEMM for a large GEMM and after it otherwise."""
+    epilogues = _epilogue_variants(group, bias)
+    sgemm = [(None, by_beta, threads) for by_beta, threads in epilogues]
+    if not tensor_cores:
+        return sgemm
+    tiles = [(tile, *epilogues[0]) for tile in range(len(TF32X3_TILES))]
+    large = group.batch * group.m * group.n * group.k >= LARGE_GEMM
+    return tiles + sgemm if large else sgemm[:1] + tiles + sgemm[1:]
+
+
+def _epilogue_variants(group: GemmGroup, bias: str | None) -> list[tuple[bool, int]]:
+    """(bias added through the GEMM's beta, epilogue block size)."""
     if not bias and not _needs_epilogue(group):
         return [(False, EPILOGUE_THREADS[0])]
     modes = (False, True) if bias else (False,)
@@ -136,9 +175,10 @@ def _needs_epilogue(group: GemmGroup) -> bool:
     return bool(group.epilogue) or [o.name for o in group.outputs] != [group.result]
 
 
-def _describe(variant: tuple[bool, int], call_name: str) -> str:
-    by_beta, threads = variant
-    return f"cuBLAS {call_name}, bias {'through beta' if by_beta else 'in the epilogue'}, epilogue {threads} threads/block"
+def _describe(variant: tuple[int | None, bool, int], call_name: str) -> str:
+    tile, by_beta, threads = variant
+    engine = f"cuBLAS {call_name}" if tile is None else "CUTLASS 3xTF32 {}x{}x{} tile".format(*TF32X3_TILES[tile])
+    return f"{engine}, bias {'through beta' if by_beta else 'in the epilogue'}, epilogue {threads} threads/block"
 
 
 def _bias_rows_kernel(group: GemmGroup, params: list[Param], bias: Read) -> str:
@@ -157,19 +197,49 @@ def _launch(group: GemmGroup, params: list[Param], epilogue: Elementwise, varian
     run_epilogue = _needs_epilogue(group)
     lines = []
     if bias or run_epilogue:
-        lines += [table("int", "kThreads", [t for _, t in variants]), "  const int threads = kThreads[config];"]
+        lines += [table("int", "kThreads", [t for _, _, t in variants]), "  const int threads = kThreads[config];"]
     if bias:
-        lines += [table("bool", "kBiasByBeta", ["true" if b else "false" for b, _ in variants]),
+        lines += [table("bool", "kBiasByBeta", ["true" if b else "false" for _, b, _ in variants]),
                   "  const bool by_beta = kBiasByBeta[config];",
                   f"  if (by_beta) {group.name}_bias_rows<<<ks_blocks({numel}, threads), threads, 0, stream>>>"
                   f"({args});"]
     beta = f"by_beta ? {ops.literal(group.beta)} : 0.0f" if bias else "0.0f"
-    lines += [f"  const int status = {group.name}_gemm(p_{group.a}, p_{group.b}, {out}, {beta}, stream);",
-              "  if (status != 0) return status;"]
+    lines += _gemm_call(group, f"p_{group.a}, p_{group.b}, {out}, {beta}", variants)
     if not bias:
         return lines + (epilogue.launch("threads", "true") if run_epilogue else [])
     lines += ["  if (!by_beta)"] + epilogue.launch("threads", "true", "true")
     return lines + (["  else"] + epilogue.launch("threads", "true", "false") if run_epilogue else [])
+
+
+def _gemm_call(group: GemmGroup, args: str, variants: list[tuple[int | None, bool, int]]) -> list[str]:
+    """The GEMM: cuBLAS, or where variants have 3xTF32 tiles, the tile's CUTLASS kernel, with SGEMM where
+    that one cannot run here (it says so before it launches anything)."""
+    sgemm = f"{group.name}_gemm({args}, stream)"
+    if all(tile is None for tile, _, _ in variants):
+        return [f"  const int status = {sgemm};", "  if (status != 0) return status;"]
+    return [table("int", "kTile", [-1 if tile is None else tile for tile, _, _ in variants]),
+            f"  int status = kTile[config] < 0 ? -1 : {group.name}_gemm_tf32x3({args}, kTile[config], stream);",
+            f"  if (status == -1) status = {sgemm};", "  if (status != 0) return status;"]
+
+
+def _tf32x3(group: GemmGroup, values: dict[str, Value]) -> str:
+    """`<name>_gemm_tf32x3.cu`: row-major C = A @ op(B) by CUTLASS's 3xTF32 GEMM, one case per tile."""
+    (a_t, lda), (b_t, ldb) = _matrix(group, values, "a"), _matrix(group, values, "b")
+    stride_a, stride_b = _strides(group, values)
+    mode = "kBatched" if group.batch > 1 else "kGemm"
+    cases = "\n".join(f"    case {i}: return ks_run<Tf32x3<{', '.join(map(str, tile))}>>(a, b, c, beta, stream);"
+                      for i, tile in enumerate(TF32X3_TILES))
+    return template("gemm_tf32x3.cuh").substitute(
+        name=group.name, alpha=ops.literal(group.alpha), params=_gemm_params(group, values), layout_a=a_t,
+        layout_b=b_t, mode=f"cutlass::gemm::GemmUniversalMode::{mode}", m=group.m, n=group.n, k=group.k,
+        batch=group.batch, stride_a=stride_a, stride_b=stride_b, stride_c=group.m * group.n, lda=lda, ldb=ldb,
+        cases=cases + "\n    default: return kFallBack;")
+
+
+def _matrix(group: GemmGroup, values: dict[str, Value], operand: str) -> tuple[str, int]:
+    """An operand's CUTLASS layout (a transposed one is column-major as it lies) and leading dimension."""
+    layout = group.layout(operand, values)
+    return ("cutlass::layout::ColumnMajor" if layout.transposed else "cutlass::layout::RowMajor"), layout.ld
 
 
 FP32_MATH = "in true fp32 (CUBLAS_DEFAULT_MATH: no TF32)"
