@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|breakdown|conv-layout|gemm-reduce|probe-throw|probe-gemm|synth|synth-bench
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|breakdown|conv-layout|gemm-reduce|probe-throw|probe-gemm|gemm-engines|synth|synth-bench
 # `bash bench/dev_setup.sh [train]` makes the ignored folders the steps carry. Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -127,6 +127,16 @@ case "$STEP" in
                 # in cuDNN, fp32 (bench/probes/conv_layout.py)
     timeout 300 python3 bench/probes/conv_layout.py ${TASKS:-$(ls $KB/level2/*Conv*.py)} 2>&1 | grep -v USDT \
       | tee "$OUT/conv_layout.md" | tail -40 ;;
+  gemm-engines)  # issue 20: SGEMM and each 3xTF32 tile (CUTLASS, carried in .whl) on the dev GEMM tasks, timed and
+                 # judged at fp32 beside eager, torch.compile and TF32-on eager (bench/probes/gemm_engines.py); then
+                 # the generator's GEMM cases, every variant against torch
+    python3 -c "from kernelsmith.evaluation.build_plan import cutlass_include as c; print('CUTLASS:', c())"
+    timeout ${LIMIT:-400} python3 bench/probes/gemm_engines.py ${TASKS:-$KB/level2/29_Matmul_Mish_Mish.py \
+      $KB/level2/41_Gemm_BatchNorm_GELU_ReLU.py $KB/level2/45_Gemm_Sigmoid_LogSumExp.py $KB/level1/1_Square_matrix_multiplication_.py \
+      $KB/level1/9_Tall_skinny_matrix_multiplication_.py} --out "$OUT/gemm_engines" 2>&1 | grep -v USDT \
+      | tee "$OUT/gemm_engines.md" | tail -80
+    timeout 150 python3 -m pytest tests/gpu/test_builtin_cuda_gpu.py -q -rA -p no:cacheprovider -k "gemm or mm or linear or tf32x3" \
+      2>&1 | tee "$OUT/gemm_gpu_tests.log" | tail -15 ;;
   probe-gemm)  # the policy's cuBLAS matmul against torch.mm in one process, bare and as harness v1 and v2 time it
     timeout 300 python3 bench/probes/gemm_probe.py 2>&1 | tee "$OUT/gemm_probe.log" | tail -20 ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)

@@ -119,6 +119,18 @@ def check_package(module: str, pip_name: str, required: bool = True) -> Check:
     return Check(pip_name, ok, "installed" if ok else "missing", f"pip install {pip_name}", required)
 
 
+def check_cutlass() -> Check:
+    """CUTLASS's headers: optional; with them the built-in policy's float32 GEMMs may run as 3xTF32 on tensor cores."""
+    from kernelsmith.evaluation.build_plan import cutlass_include
+
+    found = cutlass_include()
+    if found:
+        return Check("CUTLASS headers", True, f"{found}: float32 GEMMs may also run as 3xTF32 on tensor cores")
+    return Check("CUTLASS headers", False, "none: float32 GEMMs run as cuBLAS SGEMM only",
+                 "optional: pip install --no-deps nvidia-cutlass (or set KERNELSMITH_CUTLASS to an include folder)",
+                 required=False)
+
+
 def check_jail() -> Check:
     """Which jail untrusted code runs in; without one every result carries a reduced guarantee."""
     from kernelsmith.sandbox import jail
@@ -147,6 +159,8 @@ def run_checks() -> list[Check]:
     checks.append(check_jail())
     checks.append(check_tool("ncu (Nsight Compute)", "ncu", "optional: install Nsight Compute for kernel metrics",
                              required=False))
+    if any(c.name.startswith("nvcc") and c.ok for c in checks):
+        checks.append(check_cutlass())
     for module, pip_name in (("git", "gitpython"), ("textual", "textual"), ("anthropic", "anthropic"),
                              ("openai", "openai")):
         checks.append(check_package(module, pip_name))

@@ -207,6 +207,32 @@ def test_nvcc_compile_only_reports_a_typo_with_file_and_line(tmp_path):
 # --- kernel_sources ------------------------------------------------------------------------------
 
 
+def test_a_source_that_includes_cutlass_gets_its_headers_on_the_nvcc_line(tmp_path, monkeypatch):
+    include = tmp_path / "cutlass-include"
+    (include / "cutlass").mkdir(parents=True)
+    (include / "cutlass" / "cutlass.h").write_text("#pragma once\n")
+    monkeypatch.setenv(build_plan.CUTLASS_ENV, str(include))
+    uses, plain = tmp_path / "g.cu", tmp_path / "p.cu"
+    uses.write_text('#include "cutlass/cutlass.h"\n')
+    plain.write_text("// no library\n")
+    assert build_plan.libraries_used([uses])["cutlass"] and not build_plan.libraries_used([plain])["cutlass"]
+    flags = build_plan.compile_flags("cuda", False, **build_plan.libraries_used([uses, plain]))
+    assert f"-I{include.resolve()}" in flags["cuda_flags"]
+    assert not any(f.startswith("-I") for f in build_plan.compile_flags("cuda", False)["cuda_flags"])
+
+
+def test_cutlass_is_looked_for_where_the_user_points_and_can_be_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv(build_plan.CUTLASS_ENV, str(tmp_path / "nothing-here"))
+    monkeypatch.delenv("CUTLASS_PATH", raising=False)
+    assert build_plan.cutlass_include() != tmp_path / "nothing-here"  # a folder without cutlass/cutlass.h is skipped
+    (tmp_path / "checkout" / "include" / "cutlass").mkdir(parents=True)
+    (tmp_path / "checkout" / "include" / "cutlass" / "cutlass.h").write_text("")
+    monkeypatch.setenv("CUTLASS_PATH", str(tmp_path / "checkout"))  # a CUTLASS checkout, as CMake users set it
+    assert build_plan.cutlass_include() == (tmp_path / "checkout" / "include").resolve()
+    monkeypatch.setenv(build_plan.CUTLASS_ENV, "0")
+    assert build_plan.cutlass_include() is None
+
+
 def test_cu_files_only_build_for_cuda(tmp_path):
     for name in ("a.cpp", "b.cu", "c.cc", "notes.txt", "d.cuh"):
         (tmp_path / name).write_text("// x\n")

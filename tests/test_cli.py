@@ -91,6 +91,19 @@ def test_doctor_json(tmp_path):
     assert proc.returncode == (1 if missing_required else 0)
 
 
+def test_doctor_reports_cutlass_as_optional_and_where_it_is(tmp_path, monkeypatch):
+    from kernelsmith import doctor
+
+    (tmp_path / "cutlass").mkdir()
+    (tmp_path / "cutlass" / "cutlass.h").write_text("")
+    monkeypatch.setenv("KERNELSMITH_CUTLASS", str(tmp_path))
+    found = doctor.check_cutlass()
+    assert found.ok and str(tmp_path) in found.detail
+    monkeypatch.setenv("KERNELSMITH_CUTLASS", "0")
+    missing = doctor.check_cutlass()
+    assert not missing.ok and not missing.required and "nvidia-cutlass" in missing.fix
+
+
 def test_init_user_module_with_input_specs(tmp_path):
     user = tmp_path / "net.py"
     user.write_text('''

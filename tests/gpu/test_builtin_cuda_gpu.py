@@ -186,12 +186,48 @@ def test_a_vectorized_reduction_given_misaligned_inputs_takes_its_scalar_loops(e
 @pytest.mark.parametrize("name", [n for n, make in cases.CASES.items()
                                   if "gemm" in make().tags and make().precision == "fp32"])
 def test_gemm_is_true_fp32(ext, name):
-    """TF32 would be off by ~1e-4 of the scale; fp32 with another summation order by ~1e-7."""
+    """Every variant, SGEMM's and the 3xTF32 tiles' alike: TF32 would be off by ~1e-4 of the scale; fp32 with
+    another summation order by ~1e-7, and 3xTF32 (a dropped 2^-22 term per product) by about as little."""
     case = cases.CASES[name]()
     inputs = _inputs(case, seed=1)
-    for g, e in zip(_run(ext, case, inputs, 0), case.reference(torch, inputs)):
-        error = float((g - e).abs().max())
-        assert error <= 1e-5 * float(e.abs().max()), f"{name}: max error {error:.3g} looks like TF32"
+    for config, variant in enumerate(cuda.generate(case.group, case.values, case.precision).variants):
+        for g, e in zip(_run(ext, case, inputs, config), case.reference(torch, inputs)):
+            error = float((g - e).abs().max())
+            assert error <= 1e-5 * float(e.abs().max()), f"{name} {variant}: max error {error:.3g} looks like TF32"
+
+
+TF32X3_CASES = [n for n, make in cases.CASES.items() if n.startswith("tf32x3")]
+
+
+@pytest.mark.parametrize("name", TF32X3_CASES)
+def test_every_3xtf32_tile_runs_here_and_is_float32_accurate(built, name):
+    """Each tile called as the launcher calls it (ctypes on the built module): it must run, not hand back to
+    SGEMM (-1), on aligned operands, and agree with torch's fp32 product as closely as SGEMM would; given an
+    operand one float past a 16-byte line it must hand back to SGEMM before it launches anything."""
+    import ctypes
+
+    if not any(f.endswith("_tf32x3.cu") for f in cuda.generate(cases.CASES[name]().group,
+                                                                   cases.CASES[name]().values).files):
+        pytest.skip("CUTLASS is not installed here: no 3xTF32 tiles were generated")
+    case = cases.CASES[name]()
+    g = case.group
+    library = ctypes.CDLL(built.so_path)
+    gemm = getattr(library, f"{g.name}_gemm_tf32x3")
+    gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p]
+    inputs = _inputs(case, seed=4)
+    a, b = inputs[g.a], inputs[g.b]
+    expected = g.alpha * (a @ (b.transpose(-1, -2) if g.trans_b else b))
+    stream = torch.cuda.current_stream().cuda_stream
+    for tile in range(4):
+        c = torch.full(expected.shape, float("nan"), device="cuda")
+        assert gemm(a.data_ptr(), b.data_ptr(), c.data_ptr(), 0.0, tile, stream) == 0, f"{name} tile {tile}"
+        torch.cuda.synchronize()
+        error = float((c - expected).abs().max())
+        assert error <= 1e-5 * float(expected.abs().max()), f"{name} tile {tile}: max error {error:.3g}"
+    shifted = _one_element_on(a)
+    c = torch.zeros_like(expected)
+    assert gemm(shifted.data_ptr(), b.data_ptr(), c.data_ptr(), 0.0, 0, stream) == -1
+    assert not c.any()
 
 
 def _layer_norm_inputs(shift: float) -> tuple[dict, torch.Tensor, torch.Tensor]:

@@ -26,7 +26,12 @@ EPILOGUE_THREADS = (256, 512, 128)
 # 3xTF32 tiles (block M, N, K, warp M, N, pipeline stages), from CUTLASS's own list for this math
 # (cutlass_library/generator.py, GenerateSM80_TensorOp_1688_fast_fp32_math)
 TF32X3_TILES = ((128, 128, 16, 32, 64, 4), (256, 64, 16, 64, 32, 3), (128, 64, 32, 64, 32, 3), (64, 64, 32, 32, 32, 3))
-LARGE_GEMM = 1 << 30  # multiply-adds from which the 3xTF32 tiles come first (a 1024^3 GEMM)
+# The tiles come first for a GEMM of LARGE_GEMM multiply-adds or more (a 1024^3 one) whose FLOPs per byte of its
+# operands and result reach COMPUTE_BOUND. Below it the GEMM is bound by memory, where the tensor cores give
+# nothing: on an H100, level1/9's [32768, 32] @ [32, 32768] (16 FLOPs a byte) ran 0.88x SGEMM in 3xTF32, and
+# 1024 x 8192 x 8192 (410 FLOPs a byte) 1.40x (docs/builtin.md, "3xTF32").
+LARGE_GEMM = 1 << 30
+COMPUTE_BOUND = 64
 CUDA_TYPES = {"float32": "CUDA_R_32F", **{dtype: half.cuda_type for dtype, half in HALF_TYPES.items()}}
 
 
@@ -153,8 +158,14 @@ def _variants(group: GemmGroup, bias: str | None, tensor_cores: bool) -> list[tu
     if not tensor_cores:
         return sgemm
     tiles = [(tile, *epilogues[0]) for tile in range(len(TF32X3_TILES))]
-    large = group.batch * group.m * group.n * group.k >= LARGE_GEMM
-    return tiles + sgemm if large else sgemm[:1] + tiles + sgemm[1:]
+    return tiles + sgemm if _compute_bound(group) else sgemm[:1] + tiles + sgemm[1:]
+
+
+def _compute_bound(group: GemmGroup) -> bool:
+    """Whether the GEMM is large and does COMPUTE_BOUND FLOPs or more per float32 byte it must move."""
+    m, n, k, batch = group.m, group.n, group.k, group.batch
+    flops, moved = 2 * batch * m * n * k, 4 * batch * (m * k + k * n + m * n)
+    return batch * m * n * k >= LARGE_GEMM and flops >= COMPUTE_BOUND * moved
 
 
 def _epilogue_variants(group: GemmGroup, bias: str | None) -> list[tuple[bool, int]]:

@@ -17,13 +17,19 @@ namespace {
 // the launcher then calls cuBLAS's SGEMM.
 constexpr int kFallBack = -1;
 
+// A swizzle of this file's own: a type with internal linkage makes every CUTLASS type built on it, the kernel
+// included, this file's alone. Two GEMM files of one layout would otherwise instantiate the same kernel in
+// two modules of one extension, sharing its host stub and the statics where CUTLASS records that it raised the
+// kernel's shared-memory limit; the second file's launch then failed (H100, level2/45: two GEMMs, one layout).
+struct KsSwizzle : cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8> {};
+
 template <int TM, int TN, int TK, int WM, int WN, int Stages>
 using Tf32x3 = cutlass::gemm::device::GemmUniversal<
     float, $layout_a, float, $layout_b, float, cutlass::layout::RowMajor, float,
     cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
     cutlass::gemm::GemmShape<TM, TN, TK>, cutlass::gemm::GemmShape<WM, WN, TK>, cutlass::gemm::GemmShape<16, 8, 8>,
     cutlass::epilogue::thread::LinearCombination<float, 4, float, float>,
-    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>, Stages, 4, 4,
+    KsSwizzle, Stages, 4, 4,
     cutlass::arch::OpMultiplyAddFastF32>;
 
 bool ks_tensor_cores_here() {
