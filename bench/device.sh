@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 runs still owed, one device call per step (each fits the 10-minute limit):
-#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|breakdown|conv-layout|gemm-reduce|probe-throw|probe-gemm|gemm-engines|synth|synth-bench
+#     bash bench/device.sh check|gpu-tests|harness|session|pool|pool-sharing|baselines|baselines-autotune|baselines-per-gpu|builtin-gpu-tests|builtin-bench|breakdown|conv-layout|gemm-reduce|probe-throw|probe-gemm|gemm-engines|conv-tf32x3|synth|synth-bench
 # `bash bench/dev_setup.sh [train]` makes the ignored folders the steps carry. Carry .whl (wheels the device lacks: gitpython gitdb smmap, and typer rich anthropic openai
 # if `check` says so) and .shared (a copy of ../shared/kernelbench). Results go under $OUT.
 set -uo pipefail
@@ -137,6 +137,11 @@ case "$STEP" in
       | tee "$OUT/gemm_engines.md" | tail -80
     timeout 150 python3 -m pytest tests/gpu/test_builtin_cuda_gpu.py -q -rA -p no:cacheprovider -k "gemm or mm or linear or tf32x3" \
       2>&1 | tee "$OUT/gemm_gpu_tests.log" | tail -15 ;;
+  conv-tf32x3)  # issue 20: each 2-d convolution of the dev level-2 tasks in cuDNN fp32 (the policy's now) against
+                # CUTLASS's implicit GEMM in 3xTF32 (NHWC; CUTLASS carried in .whl), judged at fp32
+                # (bench/probes/conv_tf32x3.py): is a 3xTF32 convolution path worth building?
+    timeout ${LIMIT:-400} python3 bench/probes/conv_tf32x3.py ${TASKS:-$(ls $KB/level2/*Conv2d*.py $KB/level2/*Conv2D*.py)} \
+      2>&1 | grep -v USDT | tee "$OUT/conv_tf32x3.md" | tail -40 ;;
   probe-gemm)  # the policy's cuBLAS matmul against torch.mm in one process, bare and as harness v1 and v2 time it
     timeout 300 python3 bench/probes/gemm_probe.py 2>&1 | tee "$OUT/gemm_probe.log" | tail -20 ;;
   baselines)  # the 19 dev tasks still missing from the table (eager and default compile)
