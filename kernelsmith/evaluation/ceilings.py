@@ -14,6 +14,15 @@ CEILINGS = {
 }
 
 
+def compute_peak(ceil: dict, precision: str) -> float:
+    """FLOP/s a kernel can reach at this precision. At fp32 that is SGEMM's rate or a third of TF32's, whichever
+    is higher: 3xTF32 (three TF32 products, float32's accuracy; docs/builtin.md) is fp32 math too, and the
+    built-in policy runs it (about 128 TFLOP/s on an H200 against SGEMM's 50.6)."""
+    if precision == "fp32" and "tf32_flops" in ceil:
+        return max(ceil["fp32_flops"], ceil["tf32_flops"] / 3)
+    return ceil.get(f"{precision}_flops", ceil["fp32_flops"])
+
+
 def percentages(roof: dict, time_ms: float, precision: str) -> dict:
     """Achieved fraction of the bandwidth and arithmetic ceilings at time_ms."""
     ceil = roof.get("ceilings")
@@ -21,7 +30,7 @@ def percentages(roof: dict, time_ms: float, precision: str) -> dict:
         return {}
     seconds = time_ms / 1e3
     bw = roof["min_bytes"] / seconds / ceil["bytes_per_s"] * 100
-    peak = ceil.get(f"{precision}_flops", ceil["fp32_flops"])
+    peak = compute_peak(ceil, precision)
     fl = roof["flops"] / seconds / peak * 100
     floor_ms = max(roof["min_bytes"] / ceil["bytes_per_s"], roof["flops"] / peak) * 1e3
     return {"pct_of_bandwidth": round(bw, 2), "pct_of_flops": round(fl, 2), "floor_ms": floor_ms,
