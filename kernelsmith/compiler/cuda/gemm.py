@@ -5,8 +5,9 @@ kernel first fills the product buffer with the bias rows.
 At fp32, SGEMM in true fp32, or, where CUTLASS's headers are installed (the `cutlass` extra), also
 3xTF32 on tensor cores (`<name>_gemm_tf32x3.cu`, text/gemm_tf32x3.cuh): float32 operands split into
 two TF32 parts each, three products accumulated in float32, float32's accuracy at tensor-core speed.
-Its tile shapes are launch variants beside SGEMM, first for GEMMs of LARGE_GEMM multiply-adds or more,
-and it falls back to SGEMM at run time where it cannot run (before sm_80, misaligned operands).
+Its tile shapes are launch variants beside SGEMM, first for large compute-bound GEMMs (LARGE_GEMM,
+COMPUTE_BOUND), and it falls back to SGEMM at run time where it cannot run (before sm_80, misaligned
+operands). Its errors come back as 20000 + CUTLASS's status, which the binding prints as a cuDNN status.
 At tf32, bf16 and fp16, cublasGemmEx on tensor cores (TF32 for float32 operands, float accumulation
 for 16-bit ones); the product is written at the first output's dtype, which the epilogue reads back."""
 
@@ -152,7 +153,7 @@ def _result(group: GemmGroup, names: dict[str, str], bias: str | None) -> list[s
 
 def _variants(group: GemmGroup, bias: str | None, tensor_cores: bool) -> list[tuple[int | None, bool, int]]:
     """(3xTF32 tile, or None for SGEMM; bias added through the GEMM's beta; epilogue block size). The tiles
-    run with the first epilogue choice, ahead of SGEMM for a large GEMM and after it otherwise."""
+    run with the first epilogue choice, ahead of SGEMM for a compute-bound GEMM and after it otherwise."""
     epilogues = _epilogue_variants(group, bias)
     sgemm = [(None, by_beta, threads) for by_beta, threads in epilogues]
     if not tensor_cores:
