@@ -85,7 +85,8 @@ def test_16_bit_gemms_run_cublas_gemm_ex_on_tensor_cores_accumulating_in_float()
         "cuBLAS GemmEx (bfloat16 on tensor cores, float accumulation), bias in the epilogue, epilogue 256 threads/block")
 
 
-def test_tf32_changes_only_the_library_math():
+def test_tf32_changes_only_the_library_math(monkeypatch):
+    monkeypatch.setenv("KERNELSMITH_CUTLASS", "0")  # fp32's SGEMM alone, without its 3xTF32 tiles
     fp32, tf32 = _files("gemm"), _files("gemm_tf32")
     assert "CUBLAS_COMPUTE_32F_FAST_TF32" in tf32["k5_gemm_tf32_gemm.cu"] and "CUDA_R_32F" in tf32["k5_gemm_tf32_gemm.cu"]
     assert "cublasSgemm(" in fp32["k5_gemm_gemm.cu"] and "Ex(" not in fp32["k5_gemm_gemm.cu"]
