@@ -14,26 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_breakdown import timed  # noqa: E402
+from kernel_breakdown import each_in_a_process, timed, write_workdir  # noqa: E402
 
 from kernelsmith.compiler.pipeline import build_plan  # noqa: E402
 from kernelsmith.harness.compare import compare  # noqa: E402
 from kernelsmith.harness.loading import load_module  # noqa: E402
 from kernelsmith.harness.timing import Clocks, L2Flusher  # noqa: E402
-
-
-def workdir(task: Path, built, root: Path) -> None:
-    (root / "kernels").mkdir(parents=True)
-    (root / "model.py").write_text(task.read_text())
-    for name, text in built.files.items():
-        (root / "kernels" / name).write_text(text)
 
 
 def variant_model(root: Path, built, configs: list[int], tag: str):
@@ -65,7 +57,7 @@ def probe(task: Path, out: Path, runs: int) -> dict:
     if built.unsupported:
         return {"task": task.stem, "error": f"unsupported: {built.unsupported}"}
     root = out / "workdir"
-    workdir(task, built, root)
+    write_workdir(task, built, root)
     g = gemm_kernel(built)
     clocks, flusher, rows = Clocks("cuda"), L2Flusher("cuda"), []
     with torch.no_grad():
@@ -103,16 +95,10 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     args.out.mkdir(parents=True, exist_ok=True)
-    if len(args.tasks) > 1:  # one process per task: their extensions name their bindings alike
+    if len(args.tasks) > 1:
         print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, fp32 reference with TF32 off; the "
               f"harness's clock, L2 flushed, median of {args.runs}\n", flush=True)
-        rows = []
-        for task in args.tasks:
-            subprocess.run([sys.executable, __file__, str(task), "--out", str(args.out / task.stem), "--runs",
-                            str(args.runs)], check=False)
-            done = args.out / task.stem / "gemm_engines.json"
-            rows += json.loads(done.read_text()) if done.exists() else [{"task": task.stem, "error": "no row"}]
-        (args.out / "gemm_engines.json").write_text(json.dumps(rows, indent=1))
+        each_in_a_process(__file__, args.tasks, args.out, ["--runs", str(args.runs)], "gemm_engines.json")
         return
     try:
         row = probe(args.tasks[0], args.out, args.runs)

@@ -31,16 +31,32 @@ from kernelsmith.harness.loading import load_module  # noqa: E402
 from kernelsmith.harness.timing import Clocks, L2Flusher  # noqa: E402
 
 
+def write_workdir(task: Path, built, root: Path) -> None:
+    """The task as model.py and the plan's kernel files in kernels/, as a session's workdir holds them."""
+    (root / "kernels").mkdir(parents=True)
+    (root / "model.py").write_text(task.read_text())
+    for name, text in built.files.items():
+        (root / "kernels" / name).write_text(text)
+
+
+def each_in_a_process(script: str, tasks: list[Path], out: Path, args: list[str], rows_file: str) -> None:
+    """Runs `script` on each task in a process of its own (two tasks' extensions name their bindings alike:
+    k0_conv), each writing out/<task>/<rows_file>, and gathers their rows into out/<rows_file>."""
+    rows = []
+    for task in tasks:
+        subprocess.run([sys.executable, script, str(task), "--out", str(out / task.stem), *args], check=False)
+        done = out / task.stem / rows_file
+        rows += json.loads(done.read_text()) if done.exists() else [{"task": task.stem, "error": "no row"}]
+    (out / rows_file).write_text(json.dumps(rows, indent=1))
+
+
 def ours(task: Path, device: str):
     """ModelNew's class from a workdir the built-in policy's default variants are written to."""
     built = build_plan(task, device, "fp32")
     if built.unsupported:
         raise RuntimeError(f"unsupported: {built.unsupported}")
     root = Path(tempfile.mkdtemp(prefix="ks-breakdown-"))
-    (root / "kernels").mkdir()
-    (root / "model.py").write_text(task.read_text())
-    for name, text in built.files.items():
-        (root / "kernels" / name).write_text(text)
+    write_workdir(task, built, root)
     (root / "model_new.py").write_text(built.model_new([0] * len(built.variants)))
     sys.path.insert(0, str(root))
     sys.modules.pop("model", None)
@@ -131,13 +147,9 @@ def main() -> None:
     os.environ["KERNELSMITH_DEVICE"] = args.device
     print(f"{name}, torch {torch.__version__}, fp32 (TF32 off), whole calls: the harness's "
           f"clock, L2 flushed, median of {args.runs}; kernels: torch.profiler over 5 calls\n")
-    if len(args.tasks) > 1:  # one process per task: two tasks' extensions name their bindings alike (k0_conv)
-        for task in args.tasks:
-            subprocess.run([sys.executable, __file__, str(task), "--out", str(args.out / task.stem), "--runs",
-                            str(args.runs), "--device", args.device], check=False)
-            done = args.out / task.stem / "breakdown.json"
-            rows += json.loads(done.read_text()) if done.exists() else [{"task": task.stem, "error": "no row"}]
-        (args.out / "breakdown.json").write_text(json.dumps(rows, indent=1))
+    if len(args.tasks) > 1:
+        each_in_a_process(__file__, args.tasks, args.out, ["--runs", str(args.runs), "--device", args.device],
+                          "breakdown.json")
         return
     for task in args.tasks:
         try:
